@@ -1,0 +1,15 @@
+/** @type {import('jest').Config} */
+module.exports = {
+  testEnvironment: 'node',
+  roots: ['<rootDir>/test'],
+  testMatch: ['**/*.test.ts'],
+  transform: {
+    '^.+\\.[tj]sx?$': ['ts-jest', { tsconfig: { allowJs: true }, isolatedModules: true }],
+  },
+  // @a2a-js/sdk's CommonJS build requires jose 6, which is ESM-only: transform it too.
+  transformIgnorePatterns: ['/node_modules/(?!jose/)'],
+  globalSetup: '<rootDir>/test/helpers/global-setup.ts',
+  globalTeardown: '<rootDir>/test/helpers/global-teardown.ts',
+  testTimeout: 60000,
+  maxWorkers: 2,
+};

@@ -1,0 +1,324 @@
+import type { Logger } from 'pino';
+import type { Db } from '../db/pool';
+import { inTx } from '../db/pool';
+import { audit } from '../db/audit';
+import type { JobStatus } from '../db/outbox';
+import { isFinished } from '../db/outbox';
+import { classifyAttempt, type AttemptResult, type Classification } from '../delivery/classify';
+import { nextStep, type RetrySettings } from '../delivery/schedule';
+import { checkUrlStatic, OutboundError, type AddressPolicy, type OutboundClient } from '../outbound';
+import type { Keyring } from '../sealing/keyring';
+import { unsealSecret } from '../sealing/secrets';
+import { attemptDuration, deliveriesTotal } from '../metrics';
+import { USER_AGENT } from '../version';
+
+/** Workflow time and a sample of the workflow's deterministic random: every decision is in Temporal time. */
+export interface AttemptInput {
+  jobId: string;
+  attempt: number;
+  now: number;
+  jitter: number;
+}
+
+export interface AttemptOutput {
+  /** The job's status after this call. */
+  status: JobStatus;
+  /** Attempts used so far. */
+  attempts: number;
+  /** Present when an attempt was made (or found interrupted) in this call. */
+  outcome?: Classification['outcome'] | 'interrupted';
+  reason?: string;
+  httpStatus?: number;
+  /** Present when the job waits for another attempt. */
+  waitMs?: number;
+}
+
+export interface DeliveryDeps {
+  db: Db;
+  keyring: Keyring;
+  http: OutboundClient;
+  policy: AddressPolicy;
+  retry: RetrySettings;
+  timeoutMs: number;
+  logger: Logger;
+}
+
+/** Pushes read at most this much of the answer: its body is ignored. */
+export const PUSH_RESPONSE_CAP = 64 * 1024;
+
+interface Context {
+  status: JobStatus;
+  reason: string | null;
+  attempt_count: number;
+  next_attempt_at: Date | null;
+  deadline: Date;
+  tenant_id: string;
+  task_id: string;
+  config_row_id: string;
+  config_id: string;
+  url: string;
+  credential_id: string | null;
+  config_status: 'active' | 'auth_failed' | 'stopped';
+  config_reason: string | null;
+  config_deleted: boolean;
+  body: string;
+  attempt_outcome: string | null | undefined;
+  attempt_started: boolean;
+}
+
+export const createDeliveryActivities = (deps: DeliveryDeps) => {
+  const { db, logger } = deps;
+
+  async function loadAttemptContext(jobId: string, n: number): Promise<Context | undefined> {
+    const r = await db.query<Context>(
+      `SELECT j.status, j.reason, j.attempt_count, j.next_attempt_at, j.deadline, j.tenant_id, j.task_id,
+              j.config_row_id, j.config_id, c.url, c.credential_id, c.status AS config_status,
+              c.status_reason AS config_reason, c.deleted_at IS NOT NULL AS config_deleted, e.body,
+              a.outcome AS attempt_outcome, a.n IS NOT NULL AS attempt_started
+         FROM delivery_jobs j
+         JOIN push_configs c ON c.row_id = j.config_row_id
+         JOIN task_events e ON e.id = j.event_id
+         LEFT JOIN delivery_attempts a ON a.job_id = j.id AND a.n = $2
+        WHERE j.id = $1`,
+      [jobId, n],
+    );
+    return r.rows[0];
+  }
+
+  /** Ends the job without an attempt (no request was made in this call). */
+  async function finishWithoutAttempt(
+    jobId: string,
+    status: JobStatus,
+    reason: string | null,
+  ): Promise<AttemptOutput> {
+    const r = await db.query<{ status: JobStatus; attempt_count: number; reason: string | null }>(
+      `UPDATE delivery_jobs SET status = $2, reason = $3, finished_at = now(), next_attempt_at = NULL
+        WHERE id = $1 AND status IN ('queued', 'in_flight', 'waiting_retry')
+        RETURNING status, attempt_count, reason`,
+      [jobId, status, reason],
+    );
+    const row = r.rows[0];
+    if (!row) return currentStatus(jobId);
+    return { status: row.status, attempts: row.attempt_count, ...(row.reason ? { reason: row.reason } : {}) };
+  }
+
+  async function currentStatus(jobId: string): Promise<AttemptOutput> {
+    const r = await db.query<{ status: JobStatus; attempt_count: number; reason: string | null }>(
+      'SELECT status, attempt_count, reason FROM delivery_jobs WHERE id = $1',
+      [jobId],
+    );
+    const row = r.rows[0];
+    if (!row) return { status: 'cancelled', attempts: 0, reason: 'config_deleted' };
+    return { status: row.status, attempts: row.attempt_count, ...(row.reason ? { reason: row.reason } : {}) };
+  }
+
+  /** After a retryable attempt n: the job waits for n+1, or ends exhausted or expired. */
+  function planAfterRetry(n: number, input: AttemptInput, deadline: Date, retryAfterMs?: number) {
+    return nextStep(n, input.now, deadline.getTime(), input.jitter, deps.retry, retryAfterMs);
+  }
+
+  type Recorded = Omit<Classification, 'outcome' | 'reason'> & {
+    outcome: Classification['outcome'] | 'interrupted';
+    reason: string | null;
+    httpStatus?: number;
+    error?: string;
+  };
+
+  async function recordOutcome(
+    input: AttemptInput,
+    ctx: Context,
+    c: Recorded,
+    durationMs: number | null,
+  ): Promise<AttemptOutput> {
+    const n = input.attempt;
+    let status: JobStatus;
+    let waitMs: number | undefined;
+    if (c.jobStatus) status = c.jobStatus;
+    else {
+      const step = planAfterRetry(n, input, ctx.deadline, c.retryAfterMs);
+      if (step.kind === 'wait') {
+        status = 'waiting_retry';
+        waitMs = step.waitMs;
+      } else status = step.kind;
+    }
+    const final = isFinished(status);
+    return inTx(db, async (tx) => {
+      await tx.query(
+        `UPDATE delivery_attempts SET duration_ms = $3, outcome = $4, http_status = $5, error = $6, retry_after_ms = $7
+          WHERE job_id = $1 AND n = $2`,
+        [
+          input.jobId,
+          n,
+          durationMs,
+          c.outcome,
+          c.httpStatus ?? null,
+          c.error ?? null,
+          c.retryAfterMs ?? null,
+        ],
+      );
+      // A 2xx always lands: the receiver has it, even if the job was superseded or its config deleted meanwhile.
+      const allowed = status === 'delivered' ? "status <> 'delivered'" : "status = 'in_flight'";
+      const u = await tx.query<{ status: JobStatus }>(
+        `UPDATE delivery_jobs
+            SET status = $2, reason = $3, finished_at = CASE WHEN $4 THEN now() ELSE NULL END,
+                next_attempt_at = CASE WHEN $5::bigint IS NULL THEN NULL ELSE to_timestamp(($6::bigint + $5::bigint) / 1000.0) END
+          WHERE id = $1 AND ${allowed} RETURNING status`,
+        [input.jobId, status, c.reason, final, waitMs ?? null, input.now],
+      );
+      if (u.rowCount === 0) {
+        const cur = await tx.query<{ status: JobStatus; attempt_count: number }>(
+          'SELECT status, attempt_count FROM delivery_jobs WHERE id = $1',
+          [input.jobId],
+        );
+        return { status: cur.rows[0]!.status, attempts: cur.rows[0]!.attempt_count, outcome: c.outcome };
+      }
+      if (c.configStatus) {
+        const cu = await tx.query(
+          `UPDATE push_configs SET status = $2, status_reason = $3, status_changed_at = now()
+            WHERE row_id = $1 AND status = 'active' AND deleted_at IS NULL`,
+          [ctx.config_row_id, c.configStatus, c.reason],
+        );
+        if (cu.rowCount)
+          await audit(tx, {
+            tenantId: ctx.tenant_id,
+            actor: 'system',
+            action: 'push_config.status_changed',
+            objectType: 'push_config',
+            objectId: `${ctx.task_id}/${ctx.config_id}`,
+            before: 'active',
+            after: `${c.configStatus} (${c.reason ?? ''})`,
+          });
+      }
+      return {
+        status,
+        attempts: n,
+        outcome: c.outcome,
+        ...(c.reason !== null ? { reason: c.reason } : {}),
+        ...(c.httpStatus !== undefined ? { httpStatus: c.httpStatus } : {}),
+        ...(waitMs !== undefined ? { waitMs } : {}),
+      };
+    });
+  }
+
+  /**
+   * One delivery attempt. Throws only when the service itself failed before a request went out
+   * (Postgres, unsealing): Temporal retries that, and no attempt is used.
+   */
+  async function attemptDelivery(input: AttemptInput): Promise<AttemptOutput> {
+    const n = input.attempt;
+    const ctx = await loadAttemptContext(input.jobId, n);
+    if (!ctx) return { status: 'cancelled', attempts: 0, reason: 'config_deleted' };
+    if (isFinished(ctx.status))
+      return {
+        status: ctx.status,
+        attempts: ctx.attempt_count,
+        ...(ctx.reason ? { reason: ctx.reason } : {}),
+      };
+
+    if (ctx.attempt_started) {
+      if (ctx.attempt_outcome) {
+        // This attempt completed before (the activity's answer was lost): answer from the stored row.
+        const waitMs = ctx.next_attempt_at ? Math.max(0, ctx.next_attempt_at.getTime() - input.now) : 0;
+        return {
+          status: ctx.status,
+          attempts: ctx.attempt_count,
+          waitMs,
+          ...(ctx.reason ? { reason: ctx.reason } : {}),
+        };
+      }
+      // A worker died during this attempt's request: it counts, and the next one follows after the usual wait.
+      deliveriesTotal.inc({ outcome: 'interrupted' });
+      return recordOutcome(
+        input,
+        ctx,
+        { outcome: 'interrupted', reason: ctx.reason, error: 'interrupted' },
+        null,
+      );
+    }
+
+    if (ctx.config_deleted) return finishWithoutAttempt(input.jobId, 'cancelled', 'config_deleted');
+    if (ctx.config_status !== 'active')
+      return finishWithoutAttempt(input.jobId, ctx.config_status, ctx.config_reason);
+    if (input.now > ctx.deadline.getTime()) return finishWithoutAttempt(input.jobId, 'expired', ctx.reason);
+    if (ctx.status === 'waiting_retry' && ctx.next_attempt_at && ctx.next_attempt_at.getTime() > input.now) {
+      // Woken early with nothing to end it: keep the schedule.
+      return {
+        status: ctx.status,
+        attempts: ctx.attempt_count,
+        waitMs: ctx.next_attempt_at.getTime() - input.now,
+      };
+    }
+
+    const verdict = checkUrlStatic(ctx.url, deps.policy);
+    const credential = ctx.credential_id
+      ? await unsealSecret(db, deps.keyring, ctx.credential_id)
+      : undefined;
+
+    const started = await db.query(
+      `WITH j AS (
+         UPDATE delivery_jobs SET status = 'in_flight', attempt_count = $2, next_attempt_at = NULL
+          WHERE id = $1 AND status IN ('queued', 'waiting_retry') RETURNING id)
+       INSERT INTO delivery_attempts (job_id, n, started_at) SELECT id, $2, to_timestamp($3::bigint / 1000.0) FROM j`,
+      [input.jobId, n, input.now],
+    );
+    if (started.rowCount === 0) return currentStatus(input.jobId);
+
+    let result: AttemptResult;
+    const t0 = performance.now();
+    if (!verdict.ok) result = { kind: 'guard_refused', rule: verdict.rule };
+    else {
+      try {
+        const headers: Record<string, string> = {
+          'content-type': 'application/a2a+json',
+          'a2a-version': '1.0',
+          'user-agent': USER_AGENT,
+          'x-a2a-push-delivery': input.jobId,
+        };
+        if (credential !== undefined) headers.authorization = `Bearer ${credential}`;
+        const res = await deps.http.request({
+          method: 'POST',
+          url: ctx.url,
+          headers,
+          body: ctx.body,
+          timeoutMs: deps.timeoutMs,
+          maxResponseBytes: PUSH_RESPONSE_CAP,
+        });
+        const ra = res.headers['retry-after'];
+        result = {
+          kind: 'response',
+          status: res.status,
+          ...(typeof ra === 'string' ? { retryAfter: ra } : {}),
+        };
+      } catch (err) {
+        if (!(err instanceof OutboundError)) throw err;
+        result =
+          err.code === 'guard_refused'
+            ? { kind: 'guard_refused', rule: err.rule! }
+            : { kind: 'error', code: err.code };
+      }
+    }
+    const durationMs = Math.round(performance.now() - t0);
+    const c = classifyAttempt(result, Date.now());
+    attemptDuration.observe(durationMs / 1000);
+    deliveriesTotal.inc({ outcome: c.outcome });
+    logger.info(
+      { jobId: input.jobId, attempt: n, outcome: c.outcome, reason: c.reason, durationMs },
+      'delivery attempt',
+    );
+    return recordOutcome(
+      input,
+      ctx,
+      {
+        ...c,
+        ...(result.kind === 'response' ? { httpStatus: result.status } : {}),
+        ...(result.kind === 'error' ? { error: result.code } : {}),
+        ...(result.kind === 'guard_refused' ? { error: c.reason } : {}),
+      },
+      durationMs,
+    );
+  }
+
+  return { attemptDelivery };
+};
+
+export type DeliveryActivities = ReturnType<typeof createDeliveryActivities>;

@@ -1,0 +1,135 @@
+import crypto from 'node:crypto';
+import express, { type NextFunction, type Request, type Response } from 'express';
+import { pinoHttp } from 'pino-http';
+import type { Registry } from 'prom-client';
+import { findApiKey } from '../db/apikeys';
+import { isDbUnavailable } from '../db/pool';
+import type { ApiDeps } from './context';
+import { configRoutes } from './configs';
+import { deliveryRoutes } from './deliveries';
+import { eventRoutes } from './events';
+import { Problem, sendProblem } from './problem';
+
+export interface Probe {
+  (): Promise<Record<string, boolean>>;
+}
+
+/** /healthz, /readyz and /metrics: served by every listener, without a key. */
+export function opsRoutes(registry: Registry, ready: Probe) {
+  const r = express.Router();
+  r.get('/healthz', (_req, res) => {
+    res.json({ status: 'ok' });
+  });
+  r.get('/readyz', (_req, res, next) => {
+    ready()
+      .then((checks) => {
+        const ok = Object.values(checks).every(Boolean);
+        res.status(ok ? 200 : 503).json({ status: ok ? 'ready' : 'unavailable', checks });
+      })
+      .catch(next);
+  });
+  r.get('/metrics', (_req, res, next) => {
+    registry
+      .metrics()
+      .then((text) => res.type(registry.contentType).send(text))
+      .catch(next);
+  });
+  return r;
+}
+
+export function requestLogger(deps: { logger: ApiDeps['logger'] }) {
+  return pinoHttp({
+    logger: deps.logger,
+    genReqId: (req, res) => {
+      const given = req.headers['x-request-id'];
+      const id = typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : crypto.randomUUID();
+      res.setHeader('X-Request-Id', id);
+      return id;
+    },
+    customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'error' : 'info'),
+    serializers: {
+      req: (req: { id: string; method: string; url: string }) => ({
+        id: req.id,
+        method: req.method,
+        url: req.url,
+      }),
+      res: (res: { statusCode: number }) => ({ statusCode: res.statusCode }),
+    },
+  });
+}
+
+/** Maps whatever reached the end to problem+json: body-parser's errors, our Problems, Postgres outages. */
+export function errorHandler(logger: ApiDeps['logger']) {
+  return (err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+    void _next;
+    const e = err as { type?: string; status?: number };
+    let p: Problem;
+    if (err instanceof Problem) p = err;
+    else if (e?.type === 'entity.too.large')
+      p = new Problem('payload_too_large', 'the body is larger than 1 MiB');
+    else if (e?.type === 'request.aborted') p = new Problem('validation', 'the request was aborted');
+    else if (isDbUnavailable(err)) {
+      logger.warn({ err }, 'database unavailable');
+      p = new Problem('unavailable', 'the database is unavailable; retry later', {}, { 'Retry-After': '5' });
+    } else {
+      logger.error({ err }, 'unhandled error');
+      res
+        .status(500)
+        .type('application/problem+json')
+        .send(
+          JSON.stringify({
+            type: 'about:blank',
+            title: 'Internal error',
+            status: 500,
+            detail: 'internal error',
+          }),
+        );
+      return;
+    }
+    if (res.headersSent) return;
+    sendProblem(res, p);
+  };
+}
+
+export function createApiApp(deps: ApiDeps, registry: Registry, ready: Probe) {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.use(requestLogger(deps));
+  app.use(opsRoutes(registry, ready));
+
+  // Authentication comes first on /v1, before the route is matched (unknown routes answer 401 too).
+  app.use('/v1', (req, res, next) => {
+    if (req.path === '/openapi.json') return next();
+    const h = req.headers.authorization;
+    const m = typeof h === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(h) : null;
+    const fail = () =>
+      sendProblem(
+        res,
+        new Problem(
+          'unauthorized',
+          'a valid API key is required (Authorization: Bearer <key>)',
+          {},
+          {
+            'WWW-Authenticate': 'Bearer realm="a2a-push"',
+          },
+        ),
+      );
+    if (!m) return fail();
+    findApiKey(deps.db, m[1]!)
+      .then((k) => {
+        if (!k) return fail();
+        res.locals.caller = { tenantId: k.tenantId, apiKeyId: k.id };
+        next();
+      })
+      .catch(next);
+  });
+
+  app.use(configRoutes(deps));
+  app.use(eventRoutes(deps));
+  app.use(deliveryRoutes(deps));
+
+  app.use((req, res) => sendProblem(res, new Problem('not_found', `no route ${req.method} ${req.path}`)));
+  app.use(errorHandler(deps.logger));
+  return app;
+}

@@ -1,0 +1,70 @@
+import type { Request, Response } from 'express';
+import type { Logger } from 'pino';
+import type { Client } from '@temporalio/client';
+import type { Settings } from '../config';
+import type { Db, Tx } from '../db/pool';
+import { inTx } from '../db/pool';
+import type { AddressPolicy } from '../outbound';
+import type { Keyring } from '../sealing/keyring';
+import type { Dispatcher } from './dispatcher';
+import { claimIdempotencyKey, storeIdempotentAnswer } from './idempotency';
+
+export interface ApiDeps {
+  db: Db;
+  keyring: Keyring;
+  settings: Settings;
+  policy: AddressPolicy;
+  logger: Logger;
+  temporal: Client;
+  dispatcher: Dispatcher;
+}
+
+export interface Caller {
+  tenantId: string;
+  apiKeyId: string;
+}
+
+export const callerOf = (res: Response): Caller => res.locals.caller as Caller;
+
+export interface Answer {
+  status: number;
+  body?: unknown;
+  /** Runs after the commit and the answer: workflow starts and signals never hold up a write. */
+  after?: () => void | Promise<void>;
+}
+
+/** Runs a write in one transaction, honouring Idempotency-Key; 4xx and 5xx roll back and store nothing. */
+export async function writeAnswer(
+  deps: ApiDeps,
+  req: Request,
+  res: Response,
+  requestBody: unknown,
+  fn: (tx: Tx) => Promise<Answer>,
+): Promise<void> {
+  const { tenantId } = callerOf(res);
+  const key = req.get('idempotency-key');
+  const answer = await inTx(deps.db, async (tx) => {
+    if (key !== undefined) {
+      const stored = await claimIdempotencyKey(tx, tenantId, key, {
+        method: req.method,
+        path: req.path,
+        body: requestBody,
+      });
+      if (stored)
+        return { status: stored.status, body: stored.body, replayed: true } as Answer & {
+          replayed?: boolean;
+        };
+    }
+    const a = await fn(tx);
+    if (key !== undefined)
+      await storeIdempotentAnswer(tx, tenantId, key, { status: a.status, body: a.body ?? null });
+    return a as Answer & { replayed?: boolean };
+  });
+  if (answer.replayed) res.setHeader('Idempotent-Replayed', 'true');
+  if (answer.body === undefined) res.status(answer.status).end();
+  else res.status(answer.status).json(answer.body);
+  if (answer.after)
+    Promise.resolve(answer.after()).catch((err: unknown) =>
+      deps.logger.warn({ err }, 'after-commit step failed'),
+    );
+}

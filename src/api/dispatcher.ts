@@ -1,0 +1,144 @@
+import type { Client } from '@temporalio/client';
+import type { Logger } from 'pino';
+import type { Db } from '../db/pool';
+import { startDeliveryWorkflow } from '../temporal';
+
+export interface DispatcherOptions {
+  db: Db;
+  client: Client;
+  taskQueue: string;
+  logger: Logger;
+  sweepIntervalMs: number;
+  concurrency?: number;
+  batchSize?: number;
+  /** How long a claim keeps other dispatchers off a job whose start is under way. */
+  leaseMs?: number;
+}
+
+const hostOf = (url: string) => {
+  try {
+    return new URL(url).host;
+  } catch {
+    return '?';
+  }
+};
+
+/**
+ * Starts the workflows of committed jobs in commit order with bounded concurrency. It runs when an
+ * event write commits (kick) and every SWEEP_INTERVAL, which also picks up any start lost in a crash.
+ */
+export class Dispatcher {
+  private running: Promise<void> | undefined;
+  private again = false;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  readonly concurrency: number;
+  readonly batchSize: number;
+  readonly leaseMs: number;
+
+  constructor(private readonly o: DispatcherOptions) {
+    this.concurrency = o.concurrency ?? 32;
+    this.batchSize = o.batchSize ?? 256;
+    this.leaseMs = o.leaseMs ?? 60_000;
+  }
+
+  start(): void {
+    const tick = () => {
+      this.kick();
+      this.timer = setTimeout(tick, this.o.sweepIntervalMs);
+      this.timer.unref();
+    };
+    tick();
+  }
+
+  /** Coalesced: a run in progress picks up what committed meanwhile. */
+  kick(): void {
+    if (this.stopped) return;
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    this.running = (async () => {
+      do {
+        this.again = false;
+        try {
+          while ((await this.runOnce()) === this.batchSize && !this.stopped);
+        } catch (err) {
+          this.o.logger.warn({ err: (err as Error).message }, 'dispatcher run failed; the sweep retries');
+        }
+      } while (this.again && !this.stopped);
+      this.running = undefined;
+    })();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.running;
+  }
+
+  /** Claims one batch, starts its workflows, and marks the started ones. Returns how many were claimed. */
+  async runOnce(): Promise<number> {
+    const claimed = await this.o.db.query<{
+      id: string;
+      seq: string;
+      tenant_id: string;
+      task_id: string;
+      config_id: string;
+      url: string;
+    }>(
+      `UPDATE delivery_jobs j SET dispatch_lease = now() + make_interval(secs => $2::double precision / 1000)
+         FROM push_configs c
+        WHERE c.row_id = j.config_row_id AND j.id IN (
+              SELECT id FROM delivery_jobs
+               WHERE dispatched_at IS NULL AND (dispatch_lease IS NULL OR dispatch_lease < now())
+               ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)
+        RETURNING j.id, j.seq, j.tenant_id, j.task_id, j.config_id, c.url`,
+      [this.batchSize, this.leaseMs],
+    );
+    const jobs = claimed.rows.sort((a, b) => Number(a.seq) - Number(b.seq));
+    if (jobs.length === 0) return 0;
+    const started: string[] = [];
+    let next = 0;
+    let failure: unknown;
+    const lane = async () => {
+      while (next < jobs.length && failure === undefined) {
+        const j = jobs[next++]!;
+        try {
+          await startDeliveryWorkflow(this.o.client, this.o.taskQueue, {
+            id: j.id,
+            tenantId: j.tenant_id,
+            taskId: j.task_id,
+            configId: j.config_id,
+            host: hostOf(j.url),
+          });
+          started.push(j.id);
+        } catch (err) {
+          failure = err;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(this.concurrency, jobs.length) }, lane));
+    const startedSet = new Set(started);
+    const notStarted = jobs.map((j) => j.id).filter((id) => !startedSet.has(id));
+    await this.o.db.query(
+      `UPDATE delivery_jobs SET dispatched_at = now(), dispatch_lease = NULL WHERE id = ANY($1::uuid[])`,
+      [started],
+    );
+    if (notStarted.length > 0) {
+      // Release the claim so the next sweep tries again at once rather than after the lease.
+      await this.o.db.query('UPDATE delivery_jobs SET dispatch_lease = NULL WHERE id = ANY($1::uuid[])', [
+        notStarted,
+      ]);
+      throw failure;
+    }
+    return jobs.length;
+  }
+}
+
+export async function queuedCount(db: Db): Promise<number> {
+  const r = await db.query<{ n: string }>(
+    'SELECT count(*) AS n FROM delivery_jobs WHERE dispatched_at IS NULL',
+  );
+  return Number(r.rows[0]!.n);
+}

@@ -1,0 +1,57 @@
+import { Router } from 'express';
+import { writeEvent } from '../db/outbox';
+import { rawMemberText } from '../json-span';
+import { eventWrites } from '../metrics';
+import { validateStreamResponse } from '../stream-response';
+import { wakeDeliveries } from '../temporal';
+import { handle, parseBody, rawBody } from './body';
+import { pathId } from './configs';
+import { callerOf, writeAnswer, type ApiDeps } from './context';
+import { validationProblem } from './problem';
+import { allow } from './routing';
+import { eventBody } from './schemas';
+
+export function eventRoutes(deps: ApiDeps): Router {
+  const r = Router();
+  r.route('/v1/tasks/:taskId/events')
+    .post(
+      rawBody,
+      handle(async (req, res) => {
+        const taskId = pathId(req.params.taskId, 'taskId');
+        const { data, value, text } = parseBody(req, eventBody);
+        const v = validateStreamResponse(data.streamResponse, 'streamResponse');
+        if (!v.ok) throw validationProblem(v.errors);
+        if (v.taskId !== undefined && v.taskId !== taskId)
+          throw validationProblem([
+            {
+              path: `streamResponse.${v.kind}.${v.kind === 'task' ? 'id' : 'taskId'}`,
+              message: "must equal the path's taskId",
+            },
+          ]);
+        // The push carries the value exactly as nr-llm sent it: same bytes, same key order.
+        const body = rawMemberText(text!, 'streamResponse')!;
+        const { tenantId } = callerOf(res);
+        await writeAnswer(deps, req, res, value, async (tx) => {
+          const w = await writeEvent(tx, {
+            tenantId,
+            taskId,
+            kind: v.kind,
+            body,
+            deadlineMs: deps.settings.DELIVERY_DEADLINE,
+            boundPerConfig: deps.settings.OUTBOX_BOUND_PER_CONFIG,
+          });
+          return {
+            status: 202,
+            body: { eventId: w.eventId, deliveries: w.deliveries },
+            after: () => {
+              eventWrites.inc();
+              if (w.deliveries.length > 0) deps.dispatcher.kick();
+              if (w.superseded.length > 0) void wakeDeliveries(deps.temporal, w.superseded);
+            },
+          };
+        });
+      }),
+    )
+    .all(allow('POST'));
+  return r;
+}

@@ -1,0 +1,141 @@
+import { z } from 'zod';
+import { parseCidrList } from './outbound/guard';
+
+/** Durations are an integer and a unit: 1500ms, 30s, 15m, 24h, 30d. */
+const UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+export function parseDuration(value: string): number {
+  const m = /^(\d+)(ms|s|m|h|d)$/.exec(value.trim());
+  if (!m) throw new Error(`"${value}" is not a duration (an integer and a unit: 1500ms, 30s, 15m, 24h, 30d)`);
+  return Number(m[1]) * (UNITS[m[2] as string] as number);
+}
+
+const duration = (def: string, min = 1, max = Number.MAX_SAFE_INTEGER) =>
+  z
+    .string()
+    .default(def)
+    .transform((v, ctx) => {
+      try {
+        const ms = parseDuration(v);
+        if (ms < min || ms > max) {
+          ctx.addIssue({ code: 'custom', message: `must be between ${min} ms and ${max} ms, got ${v}` });
+          return z.NEVER;
+        }
+        return ms;
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', message: (err as Error).message });
+        return z.NEVER;
+      }
+    });
+
+const int = (def: number, min: number, max: number) => z.coerce.number().int().min(min).max(max).default(def);
+const port = (def: number) => int(def, 0, 65535);
+const optionalString = z
+  .string()
+  .optional()
+  .transform((v) => (v === undefined || v === '' ? undefined : v));
+
+const cidrs = z
+  .string()
+  .default('')
+  .superRefine((v, ctx) => {
+    try {
+      parseCidrList(v);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    }
+  });
+
+const url = (what: string) =>
+  optionalString.superRefine((v, ctx) => {
+    if (v === undefined) return;
+    try {
+      new URL(v);
+    } catch {
+      ctx.addIssue({ code: 'custom', message: `${what} must be an absolute URL` });
+    }
+  });
+
+export const settingsSchema = z
+  .object({
+    DATABASE_URL: url('DATABASE_URL'),
+    TEMPORAL_ADDRESS: optionalString,
+    TEMPORAL_NAMESPACE: z.string().min(1).default('default'),
+    TASK_QUEUE: z.string().min(1).default('a2a-push'),
+    API_PORT: port(3000),
+    INBOX_PORT: port(3001),
+    WORKER_PORT: port(3002),
+    PUBLIC_BASE_URL: url('PUBLIC_BASE_URL'),
+    BOOTSTRAP_API_KEY: optionalString.refine((v) => v === undefined || v.length >= 16, {
+      message: 'must be at least 16 characters',
+    }),
+    SEAL_KEYS: optionalString,
+    SEAL_ACTIVE_KEY: optionalString,
+    OUTBOUND_ALLOW_CIDRS: cidrs,
+    OUTBOUND_DENY_CIDRS: cidrs,
+    OUTBOUND_CA_FILE: optionalString,
+    // The specification asks senders to time out within 10-30 s; 60 s is the ceiling we accept.
+    DELIVERY_TIMEOUT: duration('15s', 1, 60_000),
+    DELIVERY_MAX_ATTEMPTS: int(8, 1, 100),
+    DELIVERY_DEADLINE: duration('24h'),
+    RETRY_INITIAL: duration('30s'),
+    RETRY_FACTOR: z.coerce.number().min(1).max(100).default(3),
+    RETRY_MAX: duration('6h'),
+    OUTBOX_BOUND_PER_CONFIG: int(64, 1, 1_000_000),
+    SWEEP_INTERVAL: duration('30s', 100),
+    INBOX_BOUND_PER_REGISTRATION: int(64, 1, 10_000_000),
+    INBOX_BOUND_TOTAL: int(10000, 1, 100_000_000),
+    INBOX_TLS_CERT: optionalString,
+    INBOX_TLS_KEY: optionalString,
+    POLL_INITIAL: duration('30s'),
+    POLL_MAX: duration('15m'),
+    REGISTRATION_MAX_AGE: duration('30d'),
+    RETENTION: duration('30d'),
+    LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  })
+  .superRefine((s, ctx) => {
+    if (s.RETRY_INITIAL > s.RETRY_MAX)
+      ctx.addIssue({ code: 'custom', path: ['RETRY_INITIAL'], message: 'must not exceed RETRY_MAX' });
+    if (s.POLL_INITIAL > s.POLL_MAX)
+      ctx.addIssue({ code: 'custom', path: ['POLL_INITIAL'], message: 'must not exceed POLL_MAX' });
+    if ((s.INBOX_TLS_CERT === undefined) !== (s.INBOX_TLS_KEY === undefined))
+      ctx.addIssue({
+        code: 'custom',
+        path: [s.INBOX_TLS_CERT === undefined ? 'INBOX_TLS_CERT' : 'INBOX_TLS_KEY'],
+        message: 'INBOX_TLS_CERT and INBOX_TLS_KEY go together',
+      });
+    if (s.SEAL_ACTIVE_KEY !== undefined && s.SEAL_KEYS === undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['SEAL_KEYS'],
+        message: 'is required when SEAL_ACTIVE_KEY is set',
+      });
+  });
+
+export type Settings = z.output<typeof settingsSchema>;
+export const SETTING_NAMES = Object.keys(settingsSchema.shape) as Array<keyof Settings>;
+
+export class SettingsError extends Error {}
+
+/** Parses the environment once; a bad value names the variable. */
+export function loadSettings(env: NodeJS.ProcessEnv = process.env): Settings {
+  const input: Record<string, string | undefined> = {};
+  for (const name of SETTING_NAMES) input[name] = env[name];
+  const parsed = settingsSchema.safeParse(input);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `  ${i.path.join('.') || '(settings)'}: ${i.message}`);
+    throw new SettingsError(`invalid settings:\n${lines.join('\n')}`);
+  }
+  return parsed.data;
+}
+
+/** Requires settings that only the embedded start may leave unset. */
+export function requireSettings<K extends keyof Settings>(
+  s: Settings,
+  names: K[],
+): Settings & { [P in K]-?: NonNullable<Settings[P]> } {
+  const missing = names.filter((n) => s[n] === undefined);
+  if (missing.length > 0)
+    throw new SettingsError(`missing settings: ${missing.join(', ')} (required outside npm start)`);
+  return s as Settings & { [P in K]-?: NonNullable<Settings[P]> };
+}

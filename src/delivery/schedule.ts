@@ -1,0 +1,34 @@
+export interface RetrySettings {
+  initialMs: number;
+  factor: number;
+  maxMs: number;
+  maxAttempts: number;
+}
+
+/**
+ * Wait before attempt n+1 after attempt n (n ≥ 1):
+ * d = min(max, initial × factor^(n−1)) × U(0.8, 1.2); with Retry-After r: max(d, min(r, max)).
+ * `jitter` is a sample of the workflow's deterministic random in [0, 1).
+ */
+export function retryDelayMs(n: number, jitter: number, s: RetrySettings, retryAfterMs?: number): number {
+  const base = Math.min(s.maxMs, s.initialMs * Math.pow(s.factor, n - 1));
+  const d = Math.round(base * (0.8 + 0.4 * jitter));
+  return retryAfterMs === undefined ? d : Math.max(d, Math.min(retryAfterMs, s.maxMs));
+}
+
+export type NextStep = { kind: 'wait'; waitMs: number } | { kind: 'exhausted' } | { kind: 'expired' };
+
+/** After a retryable attempt n: wait, or give up because the attempts or the deadline are used up. */
+export function nextStep(
+  n: number,
+  nowMs: number,
+  deadlineMs: number,
+  jitter: number,
+  s: RetrySettings,
+  retryAfterMs?: number,
+): NextStep {
+  if (n >= s.maxAttempts) return { kind: 'exhausted' };
+  const waitMs = retryDelayMs(n, jitter, s, retryAfterMs);
+  if (nowMs + waitMs > deadlineMs) return { kind: 'expired' };
+  return { kind: 'wait', waitMs };
+}

@@ -1,0 +1,7 @@
+/** Deterministic workflow ids, built in one place (never inline). */
+export const makeDeliveryWorkflowId = (jobId: string) => `delivery-${jobId}`;
+export const makeRegistrationWorkflowId = (registrationId: string) => `registration-${registrationId}`;
+
+/** taskId and config ids: 1-128 of [A-Za-z0-9._~:-], not "." or "..". */
+export const ID_PATTERN = /^[A-Za-z0-9._~:-]{1,128}$/;
+export const isValidId = (s: string) => ID_PATTERN.test(s) && s !== '.' && s !== '..';

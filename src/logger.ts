@@ -1,0 +1,25 @@
+import pino, { type Logger } from 'pino';
+
+/** Paths pino blanks out wherever they appear in a log line. */
+export const REDACT_PATHS = [
+  'req.headers.authorization',
+  'req.headers["x-a2a-notification-token"]',
+  'req.headers["idempotency-key"]',
+  'headers.authorization',
+  'authorization',
+  '*.authorization',
+  'credentials',
+  '*.credentials',
+  '*.*.credentials',
+  'token',
+  '*.token',
+  '*.*.token',
+  'bearerToken',
+  '*.bearerToken',
+  'apiKey',
+  '*.apiKey',
+];
+
+export function createLogger(level: string, name: string): Logger {
+  return pino({ level, name, redact: { paths: REDACT_PATHS, censor: '[redacted]' } });
+}

@@ -1,0 +1,41 @@
+import { Counter, Histogram, Registry, collectDefaultMetrics, type Metric } from 'prom-client';
+import { guardRefusals } from './outbound';
+
+// Metrics are created unregistered and each process registers the ones it serves into its own registry.
+export const deliveriesTotal = new Counter({
+  name: 'a2a_push_deliveries_total',
+  help: 'Delivery attempts by outcome',
+  labelNames: ['outcome'] as const,
+  registers: [],
+});
+export const attemptDuration = new Histogram({
+  name: 'a2a_push_attempt_duration_seconds',
+  help: 'Duration of one delivery attempt (request and answer)',
+  buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30],
+  registers: [],
+});
+export const eventWrites = new Counter({
+  name: 'a2a_push_event_writes_total',
+  help: 'Task events written to the outbox',
+  registers: [],
+});
+export const inboxRequests = new Counter({
+  name: 'a2a_push_inbox_requests_total',
+  help: 'Inbox callbacks by answer status and reason',
+  labelNames: ['status', 'reason'] as const,
+  registers: [],
+});
+
+export function createRegistry(kind: 'api' | 'inbox' | 'worker', extra: Metric[] = []) {
+  const registry = new Registry();
+  registry.setDefaultLabels({ process: kind });
+  collectDefaultMetrics({ register: registry });
+  const own: Metric[] =
+    kind === 'worker'
+      ? [deliveriesTotal, attemptDuration, guardRefusals]
+      : kind === 'api'
+        ? [eventWrites, guardRefusals]
+        : [inboxRequests];
+  for (const m of [...own, ...extra]) registry.registerMetric(m);
+  return registry;
+}

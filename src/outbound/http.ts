@@ -1,0 +1,358 @@
+/**
+ * The one outbound HTTPS client (contract §4). Every outside call leaves the process here, after the
+ * address guard, on a connection pinned to an address the guard accepted.
+ *
+ * Pinning: the undici Agent's connect-time `lookup` resolves the name and judges every answer, and
+ * the socket connects to exactly those answers. There is no separate pre-check, so a DNS answer that
+ * changes between "check" and "connect" has nothing to change: they are the same answer. URLs with
+ * a literal IP never reach `lookup` (Node skips it), so checkUrlStatic judges those before dispatch.
+ */
+import type { LookupAddress, LookupOptions } from 'node:dns';
+import { isIP, type LookupFunction } from 'node:net';
+import type { Readable } from 'node:stream';
+import { rootCertificates } from 'node:tls';
+import { Agent, fetch as undiciFetch, request as undiciRequest } from 'undici';
+import {
+  checkUrlStatic,
+  countRefusal,
+  judgeAnswers,
+  systemResolver,
+  type AddressPolicy,
+  type GuardRule,
+  type Resolver,
+} from './guard';
+
+export interface OutboundOptions {
+  policy: AddressPolicy;
+  resolver?: Resolver;
+  /** extra trusted CA (PEM), added to Node's bundled roots */
+  ca?: string | Buffer;
+  /** per-origin connection pool size */
+  connections?: number;
+}
+
+export interface OutboundRequest {
+  method: 'GET' | 'POST' | 'DELETE' | 'PUT' | 'PATCH';
+  url: string;
+  headers?: Record<string, string>;
+  body?: string | Buffer;
+  /** bounds the whole exchange: resolve + connect + TLS + headers + body */
+  timeoutMs: number;
+  /** read at most this many body bytes, then stop reading and drop the connection */
+  maxResponseBytes: number;
+}
+
+export interface OutboundResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: Buffer;
+  truncated: boolean;
+}
+
+export type OutboundErrorCode = 'guard_refused' | 'timeout' | 'connection' | 'dns' | 'tls';
+
+export class OutboundError extends Error {
+  readonly code: OutboundErrorCode;
+  readonly rule?: GuardRule;
+  /** a system or library error code (ECONNREFUSED, CERT_HAS_EXPIRED, ENOTFOUND…); never a secret */
+  readonly detail?: string;
+  constructor(
+    code: OutboundErrorCode,
+    message: string,
+    opts: { rule?: GuardRule; detail?: string; cause?: unknown } = {},
+  ) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'OutboundError';
+    this.code = code;
+    if (opts.rule !== undefined) this.rule = opts.rule;
+    if (opts.detail !== undefined) this.detail = opts.detail;
+  }
+}
+
+export interface OutboundClient {
+  request(req: OutboundRequest): Promise<OutboundResponse>;
+  fetch: (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
+  close(): Promise<void>;
+}
+
+export const FETCH_TIMEOUT_MS = 15_000;
+export const FETCH_MAX_RESPONSE_BYTES = 4 * 1024 * 1024;
+const DEFAULT_CONNECTIONS = 32;
+// Bounds how long a pooled connection outlives its lookup, whatever Keep-Alive hint a server sends.
+const KEEP_ALIVE_MS = 4_000;
+const KEEP_ALIVE_MAX_MS = 10_000;
+
+// Thrown inside the connect-time lookup. Node hands lookup errors to undici unchanged, and undici
+// fails the waiting requests with that same object, so classify() recognises them by class.
+class LookupRefusal extends Error {
+  readonly code = 'A2A_GUARD_REFUSED';
+  constructor(
+    readonly rule: 'denied_cidr' | 'private_address',
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+class LookupFailure extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+class TimeoutReason extends Error {
+  constructor(readonly timeoutMs: number) {
+    super(`no complete answer within ${timeoutMs} ms`);
+  }
+}
+
+async function resolveAndJudge(
+  hostname: string,
+  policy: AddressPolicy,
+  resolver: Resolver,
+): Promise<LookupAddress[]> {
+  const bare = hostname.startsWith('[') ? hostname.slice(1, -1) : hostname;
+  let answers: Array<{ address: string; family: number }>;
+  if (isIP(bare) !== 0) {
+    answers = [{ address: bare, family: isIP(bare) }];
+  } else {
+    try {
+      answers = await resolver(hostname);
+    } catch (err) {
+      const code = errorCode(err) ?? 'ENOTFOUND';
+      throw new LookupFailure(code, `cannot resolve ${hostname} (${code})`);
+    }
+  }
+  if (answers.length === 0) throw new LookupFailure('ENODATA', `${hostname} resolved to no address`);
+  const refused = judgeAnswers(
+    answers.map((a) => a.address),
+    policy,
+  );
+  if (refused !== null) {
+    const why = refused.rule === 'denied_cidr' ? 'a denied range' : 'not a public unicast address';
+    throw new LookupRefusal(refused.rule, `${hostname} resolves to ${refused.address}: ${why}`);
+  }
+  // The family comes from the address itself, not from what a resolver claims.
+  return answers.map((a) => ({ address: a.address, family: isIP(a.address.split('%')[0] ?? '') }));
+}
+
+function pinnedLookup(policy: AddressPolicy, resolver: Resolver): LookupFunction {
+  return (hostname: string, options: LookupOptions, callback) => {
+    resolveAndJudge(hostname, policy, resolver).then(
+      (all) => {
+        const family = options.family === 'IPv4' ? 4 : options.family === 'IPv6' ? 6 : (options.family ?? 0);
+        const usable = family === 4 || family === 6 ? all.filter((a) => a.family === family) : all;
+        const first = usable[0];
+        if (first === undefined) {
+          callback(new LookupFailure('ENODATA', `${hostname} has no IPv${family} address`), '');
+        } else if (options.all) {
+          callback(null, usable);
+        } else {
+          callback(null, first.address, first.family);
+        }
+      },
+      (err: Error) => callback(err, ''),
+    );
+  };
+}
+
+function errorCode(err: unknown): string | undefined {
+  if (typeof err === 'object' && err !== null && 'code' in err && typeof err.code === 'string') {
+    return err.code;
+  }
+  return undefined;
+}
+
+/** The error and everything it wraps: `cause` chains (undici fetch) and AggregateError (happy eyeballs). */
+function* errorChain(err: unknown, depth = 0): Generator<unknown> {
+  if (err === undefined || err === null || depth > 8) return;
+  yield err;
+  if (err instanceof AggregateError) for (const e of err.errors) yield* errorChain(e, depth + 1);
+  if (err instanceof Error && err.cause !== undefined) yield* errorChain(err.cause, depth + 1);
+}
+
+const TIMEOUT_CODES = new Set([
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+  'ETIMEDOUT',
+]);
+const DNS_CODES = new Set(['ENOTFOUND', 'EAI_AGAIN', 'EAI_FAIL', 'EAI_NODATA', 'EAI_NONAME', 'ENODATA']);
+// OpenSSL's X509 verification results as Node names them, plus Node's own TLS codes.
+const TLS_CODE =
+  /^(ERR_TLS_|ERR_SSL_)|CERT|^UNABLE_TO_|^SELF_SIGNED|^DEPTH_ZERO|^INVALID_(CA|PURPOSE)|^PATH_LENGTH|^EPROTO$/;
+
+function classify(err: unknown, timedOut: boolean): OutboundError {
+  const chain = [...errorChain(err)];
+  for (const e of chain) {
+    if (e instanceof OutboundError) return e;
+    if (e instanceof LookupRefusal) return new OutboundError('guard_refused', e.message, { rule: e.rule });
+  }
+  const timeout = chain.find((e): e is TimeoutReason => e instanceof TimeoutReason);
+  if (timeout || timedOut) {
+    return new OutboundError('timeout', timeout?.message ?? 'timed out', { detail: 'timeout', cause: err });
+  }
+  for (const e of chain) {
+    if (e instanceof LookupFailure)
+      return new OutboundError('dns', e.message, { detail: e.code, cause: err });
+  }
+  const codes = chain.map(errorCode).filter((c): c is string => c !== undefined);
+  const pick = (test: (c: string) => boolean): string | undefined => codes.find(test);
+  const opts = (detail: string | undefined): { detail?: string; cause: unknown } =>
+    detail === undefined ? { cause: err } : { detail, cause: err };
+  let code: string | undefined;
+  if ((code = pick((c) => TIMEOUT_CODES.has(c))))
+    return new OutboundError('timeout', 'timed out', opts(code));
+  if ((code = pick((c) => TLS_CODE.test(c))))
+    return new OutboundError('tls', `TLS failed (${code})`, opts(code));
+  if ((code = pick((c) => DNS_CODES.has(c))))
+    return new OutboundError('dns', `DNS failed (${code})`, opts(code));
+  code = codes.find((c) => c !== 'UND_ERR_SOCKET' && c !== 'UND_ERR_ABORTED') ?? codes[0];
+  const name = err instanceof Error ? err.name : typeof err;
+  return new OutboundError('connection', `connection failed (${code ?? name})`, opts(code ?? name));
+}
+
+async function readCapped(body: Readable, cap: number): Promise<{ body: Buffer; truncated: boolean }> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let truncated = false;
+  // Leaving the loop early destroys the stream, which makes undici drop the connection: the rest of an
+  // oversized body is never read.
+  for await (const chunk of body) {
+    const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as Uint8Array);
+    if (size + buf.length > cap) {
+      chunks.push(buf.subarray(0, cap - size));
+      size = cap;
+      truncated = true;
+      break;
+    }
+    chunks.push(buf);
+    size += buf.length;
+  }
+  return { body: Buffer.concat(chunks, size), truncated };
+}
+
+async function readStreamCapped(
+  stream: ReadableStream<Uint8Array> | null,
+  cap: number,
+): Promise<{ body: Buffer; truncated: boolean }> {
+  if (stream === null) return { body: Buffer.alloc(0), truncated: false };
+  const reader = stream.getReader();
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return { body: Buffer.concat(chunks, size), truncated: false };
+    if (size + value.length > cap) {
+      chunks.push(Buffer.from(value.subarray(0, cap - size)));
+      await reader.cancel();
+      return { body: Buffer.concat(chunks, cap), truncated: true };
+    }
+    chunks.push(Buffer.from(value));
+    size += value.length;
+  }
+}
+
+/** The Host header is the URL's; a caller-supplied one would split Host from SNI and the pinned name. */
+function withoutHost(headers: Iterable<[string, string]>): Array<[string, string]> {
+  return [...headers].filter(([k]) => k.toLowerCase() !== 'host');
+}
+
+const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
+
+export function createOutboundClient(opts: OutboundOptions): OutboundClient {
+  const { policy } = opts;
+  const resolver = opts.resolver ?? systemResolver;
+  // tls `ca` replaces the default roots, so the extra CA is appended to them rather than set alone.
+  const ca = opts.ca === undefined ? undefined : [...rootCertificates, opts.ca.toString()];
+  const agent = new Agent({
+    connections: opts.connections ?? DEFAULT_CONNECTIONS,
+    keepAliveTimeout: KEEP_ALIVE_MS,
+    keepAliveMaxTimeout: KEEP_ALIVE_MAX_MS,
+    connect: { ...(ca ? { ca } : {}), lookup: pinnedLookup(policy, resolver) },
+  });
+
+  const refuseStatic = (url: string): URL => {
+    const verdict = checkUrlStatic(url, policy);
+    if (verdict.ok) return verdict.url;
+    countRefusal(verdict.rule);
+    throw new OutboundError('guard_refused', verdict.message, { rule: verdict.rule });
+  };
+  const fail = (err: unknown, timedOut: boolean): OutboundError => {
+    const e = classify(err, timedOut);
+    if (e.code === 'guard_refused' && e.rule !== undefined && !(err instanceof OutboundError))
+      countRefusal(e.rule);
+    return e;
+  };
+
+  async function request(req: OutboundRequest): Promise<OutboundResponse> {
+    const url = refuseStatic(req.url);
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(new TimeoutReason(req.timeoutMs)), req.timeoutMs);
+    try {
+      const res = await undiciRequest(url, {
+        dispatcher: agent,
+        method: req.method,
+        headers: Object.fromEntries(withoutHost(Object.entries(req.headers ?? {}))),
+        body: req.body ?? null,
+        signal: controller.signal,
+        headersTimeout: req.timeoutMs,
+        bodyTimeout: req.timeoutMs,
+      });
+      const { body, truncated } = await readCapped(res.body, req.maxResponseBytes);
+      return { status: res.statusCode, headers: res.headers, body, truncated };
+    } catch (err) {
+      throw fail(err, controller.signal.aborted);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async function guardedFetch(input: string | URL | Request, init?: RequestInit): Promise<Response> {
+    const rawUrl = typeof input === 'string' ? input : input instanceof URL ? input.href : input.url;
+    const url = refuseStatic(rawUrl);
+    // Normalising through the global Request gives one shape for every input form; its URL is the
+    // guard's, and any dispatcher or redirect in `init` is ignored here and overridden below.
+    const normalised = input instanceof Request ? new Request(input, init) : new Request(url.href, init);
+    const body = normalised.body === null ? undefined : Buffer.from(await normalised.arrayBuffer());
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(new TimeoutReason(FETCH_TIMEOUT_MS)), FETCH_TIMEOUT_MS);
+    const callerSignal = normalised.signal;
+    try {
+      const res = await undiciFetch(url.href, {
+        method: normalised.method,
+        headers: withoutHost(normalised.headers.entries()),
+        ...(body === undefined ? {} : { body }),
+        redirect: 'manual',
+        signal: AbortSignal.any([callerSignal, controller.signal]),
+        dispatcher: agent,
+      });
+      const read = await readStreamCapped(
+        res.body as ReadableStream<Uint8Array> | null,
+        FETCH_MAX_RESPONSE_BYTES,
+      );
+      const headers = new Headers();
+      for (const [k, v] of res.headers) headers.append(k, v);
+      return new Response(NULL_BODY_STATUS.has(res.status) ? null : read.body, {
+        status: res.status,
+        statusText: res.statusText,
+        headers,
+      });
+    } catch (err) {
+      // The caller's own abort is theirs to handle, in the shape fetch always gives it.
+      if (callerSignal.aborted && !controller.signal.aborted) throw err;
+      throw fail(err, controller.signal.aborted);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  return {
+    request,
+    fetch: guardedFetch,
+    close: () => agent.close(),
+  };
+}

@@ -1,0 +1,28 @@
+export {
+  GUARD_RULES,
+  MAX_URL_LENGTH,
+  GuardRefusedError,
+  checkUrlStatic,
+  compilePolicy,
+  countRefusal,
+  guardRefusals,
+  judgeAddress,
+  judgeAnswers,
+  parseCidrList,
+  systemResolver,
+  type AddressPolicy,
+  type GuardRule,
+  type Resolver,
+  type StaticVerdict,
+} from './guard';
+export {
+  FETCH_MAX_RESPONSE_BYTES,
+  FETCH_TIMEOUT_MS,
+  OutboundError,
+  createOutboundClient,
+  type OutboundClient,
+  type OutboundErrorCode,
+  type OutboundOptions,
+  type OutboundRequest,
+  type OutboundResponse,
+} from './http';

@@ -1,0 +1,166 @@
+import fs from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { NativeConnection } from '@temporalio/worker';
+import express from 'express';
+import { Gauge } from 'prom-client';
+import { createApiApp, errorHandler, opsRoutes, requestLogger } from './api/app';
+import { Dispatcher, queuedCount } from './api/dispatcher';
+import { Problem, sendProblem } from './api/problem';
+import { requireSettings } from './config';
+import { createRegistry } from './metrics';
+import { createHttp, type Runtime } from './runtime';
+import { connectTemporal } from './temporal';
+import { createWorker, startWorkerListener, type WorkflowSource } from './worker/worker';
+
+export interface Service {
+  name: string;
+  url?: string;
+  stop(): Promise<void>;
+}
+
+const listen = (server: http.Server, port: number) =>
+  new Promise<number>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '0.0.0.0', () => resolve((server.address() as AddressInfo).port));
+  });
+
+/** Stops accepting, lets in-flight requests finish, then closes idle keep-alive sockets. */
+const closeServer = (server: http.Server) =>
+  new Promise<void>((resolve) => {
+    server.close(() => resolve());
+    server.closeIdleConnections();
+  });
+
+async function temporalReachable(client: ReturnType<typeof connectTemporal>['client']): Promise<boolean> {
+  try {
+    await client.connection.workflowService.getSystemInfo({});
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export async function startApi(rt: Runtime): Promise<Service & { dispatcher: Dispatcher; port: number }> {
+  const s = requireSettings(rt.settings, ['TEMPORAL_ADDRESS']);
+  const { client, connection } = connectTemporal({
+    address: s.TEMPORAL_ADDRESS,
+    namespace: s.TEMPORAL_NAMESPACE,
+    taskQueue: s.TASK_QUEUE,
+  });
+  const dispatcher = new Dispatcher({
+    db: rt.db,
+    client,
+    taskQueue: s.TASK_QUEUE,
+    logger: rt.logger,
+    sweepIntervalMs: s.SWEEP_INTERVAL,
+  });
+  const queued = new Gauge({
+    name: 'a2a_push_outbox_queued',
+    help: 'Delivery jobs committed whose workflow has not started yet',
+    registers: [],
+    async collect() {
+      this.set(await queuedCount(rt.db).catch(() => -1));
+    },
+  });
+  const registry = createRegistry('api', [queued]);
+  const app = createApiApp({ ...rt, temporal: client, dispatcher }, registry, async () => ({
+    postgres: await rt.db.query('SELECT 1').then(
+      () => true,
+      () => false,
+    ),
+    temporal: await temporalReachable(client),
+  }));
+  const server = http.createServer(app);
+  const port = await listen(server, s.API_PORT);
+  dispatcher.start();
+  return {
+    name: 'api',
+    url: `http://127.0.0.1:${port}`,
+    port,
+    dispatcher,
+    async stop() {
+      await closeServer(server);
+      await dispatcher.stop();
+      await connection.close().catch(() => undefined);
+    },
+  };
+}
+
+export async function startInbox(rt: Runtime): Promise<Service & { port: number }> {
+  const s = rt.settings;
+  const registry = createRegistry('inbox');
+  const app = express();
+  app.disable('x-powered-by');
+  app.use(requestLogger(rt));
+  app.use(
+    opsRoutes(registry, async () => ({
+      postgres: await rt.db.query('SELECT 1').then(
+        () => true,
+        () => false,
+      ),
+    })),
+  );
+  app.use((req, res) => sendProblem(res, new Problem('not_found', `no route ${req.method} ${req.path}`)));
+  app.use(errorHandler(rt.logger));
+  const server =
+    s.INBOX_TLS_CERT && s.INBOX_TLS_KEY
+      ? https.createServer(
+          { cert: fs.readFileSync(s.INBOX_TLS_CERT), key: fs.readFileSync(s.INBOX_TLS_KEY) },
+          app,
+        )
+      : http.createServer(app);
+  const port = await listen(server, s.INBOX_PORT);
+  return {
+    name: 'inbox',
+    url: `${s.INBOX_TLS_CERT ? 'https' : 'http'}://127.0.0.1:${port}`,
+    port,
+    stop: () => closeServer(server),
+  };
+}
+
+export async function startWorker(
+  rt: Runtime,
+  source?: WorkflowSource,
+): Promise<Service & { run: Promise<void> }> {
+  const s = requireSettings(rt.settings, ['TEMPORAL_ADDRESS']);
+  const connection = await NativeConnection.connect({ address: s.TEMPORAL_ADDRESS });
+  const httpClient = createHttp(rt);
+  const worker = await createWorker(rt, httpClient, {
+    connection,
+    namespace: s.TEMPORAL_NAMESPACE,
+    taskQueue: s.TASK_QUEUE,
+    ...(source ? { source } : {}),
+  });
+  const listener = startWorkerListener(rt, () => worker, s.WORKER_PORT);
+  const run = worker.run();
+  return {
+    name: 'worker',
+    url: `http://127.0.0.1:${s.WORKER_PORT}`,
+    run,
+    async stop() {
+      if (worker.getState() === 'RUNNING') worker.shutdown();
+      await run.catch(() => undefined);
+      await closeServer(listener);
+      await httpClient.close();
+      await connection.close();
+    },
+  };
+}
+
+/** SIGTERM/SIGINT: stop every service in order, then exit 0. */
+export function stopOnSignals(services: () => Service[], after: () => Promise<void> = async () => undefined) {
+  let stopping = false;
+  const stop = async (sig: string) => {
+    if (stopping) return;
+    stopping = true;
+    process.stderr.write(`a2a-push: ${sig} received, stopping…\n`);
+    for (const svc of services())
+      await svc.stop().catch((e: unknown) => process.stderr.write(`${svc.name}: ${String(e)}\n`));
+    await after();
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT'));
+}

@@ -1,0 +1,70 @@
+import {
+  Client,
+  Connection,
+  WorkflowExecutionAlreadyStartedError,
+  WorkflowNotFoundError,
+} from '@temporalio/client';
+import { WorkflowIdReusePolicy } from '@temporalio/common';
+import { makeDeliveryWorkflowId } from './ids';
+import { ConfigId, DeliveryStatus, TaskId, TenantId } from './workflows/search-attributes';
+import { wakeSignal } from './workflows/signals';
+
+export interface TemporalSettings {
+  address: string;
+  namespace: string;
+  taskQueue: string;
+}
+
+/** A lazy connection: the API starts (and answers 202) while Temporal is away; the dispatcher catches up. */
+export function connectTemporal(s: TemporalSettings): { client: Client; connection: Connection } {
+  const connection = Connection.lazy({ address: s.address });
+  return { client: new Client({ connection, namespace: s.namespace }), connection };
+}
+
+export interface JobToStart {
+  id: string;
+  tenantId: string;
+  taskId: string;
+  configId: string;
+  host: string;
+}
+
+/** Starts a job's workflow; a workflow that already exists (started before a crash) counts as started. */
+export async function startDeliveryWorkflow(
+  client: Client,
+  taskQueue: string,
+  job: JobToStart,
+): Promise<void> {
+  try {
+    await client.workflow.start('deliveryWorkflow', {
+      workflowId: makeDeliveryWorkflowId(job.id),
+      taskQueue,
+      args: [{ jobId: job.id }],
+      workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+      typedSearchAttributes: [
+        { key: TenantId, value: job.tenantId },
+        { key: TaskId, value: job.taskId },
+        { key: ConfigId, value: job.configId },
+        { key: DeliveryStatus, value: 'queued' },
+      ],
+      staticSummary: `push task ${job.taskId} → host ${job.host}`,
+    });
+  } catch (err) {
+    if (err instanceof WorkflowExecutionAlreadyStartedError) return;
+    throw err;
+  }
+}
+
+/** Best effort: a lost wake is repaired by the workflow's own timer and the activity's checks. */
+export async function wakeDeliveries(client: Client, jobIds: string[]): Promise<void> {
+  await Promise.all(
+    jobIds.map((id) =>
+      client.workflow
+        .getHandle(makeDeliveryWorkflowId(id))
+        .signal(wakeSignal)
+        .catch((err: unknown) => {
+          if (!(err instanceof WorkflowNotFoundError)) throw err;
+        }),
+    ),
+  ).catch(() => undefined);
+}

@@ -1,0 +1,75 @@
+import http from 'node:http';
+import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
+import express from 'express';
+import { createDeliveryActivities } from '../activities/delivery';
+import { opsRoutes } from '../api/app';
+import { createRegistry } from '../metrics';
+import type { OutboundClient } from '../outbound';
+import type { Runtime } from '../runtime';
+
+export interface WorkerHandle {
+  worker: Worker;
+  run: Promise<void>;
+  shutdown(): Promise<void>;
+}
+
+export function activitiesFor(rt: Runtime, httpClient: OutboundClient) {
+  const s = rt.settings;
+  return createDeliveryActivities({
+    db: rt.db,
+    keyring: rt.keyring,
+    http: httpClient,
+    policy: rt.policy,
+    retry: {
+      initialMs: s.RETRY_INITIAL,
+      factor: s.RETRY_FACTOR,
+      maxMs: s.RETRY_MAX,
+      maxAttempts: s.DELIVERY_MAX_ATTEMPTS,
+    },
+    timeoutMs: s.DELIVERY_TIMEOUT,
+    logger: rt.logger,
+  });
+}
+
+/** The workflow code: a prebuilt bundle in tests, the source path otherwise. */
+export type WorkflowSource = Pick<WorkerOptions, 'workflowBundle' | 'workflowsPath'>;
+
+export const defaultWorkflowSource = (): WorkflowSource => ({
+  workflowsPath: require.resolve('../workflows'),
+});
+
+export async function createWorker(
+  rt: Runtime,
+  httpClient: OutboundClient,
+  o: { connection: NativeConnection; namespace: string; taskQueue: string; source?: WorkflowSource },
+): Promise<Worker> {
+  return Worker.create({
+    connection: o.connection,
+    namespace: o.namespace,
+    taskQueue: o.taskQueue,
+    ...(o.source ?? defaultWorkflowSource()),
+    activities: activitiesFor(rt, httpClient),
+    maxConcurrentActivityTaskExecutions: 200,
+    shutdownGraceTime: '20s',
+  });
+}
+
+/** The worker's own small listener: health, readiness and metrics on WORKER_PORT. */
+export function startWorkerListener(
+  rt: Runtime,
+  worker: () => Worker | undefined,
+  port: number,
+): http.Server {
+  const registry = createRegistry('worker');
+  const app = express();
+  app.use(
+    opsRoutes(registry, async () => ({
+      postgres: await rt.db.query('SELECT 1').then(
+        () => true,
+        () => false,
+      ),
+      temporal: worker()?.getState() === 'RUNNING',
+    })),
+  );
+  return app.listen(port, '0.0.0.0');
+}

@@ -1,0 +1,72 @@
+import {
+  condition,
+  proxyActivities,
+  setCurrentDetails,
+  setHandler,
+  upsertSearchAttributes,
+} from '@temporalio/workflow';
+import type { DeliveryActivities, AttemptOutput } from '../activities/delivery';
+import { DeliveryStatus } from './search-attributes';
+import { deliveryStatusQuery, wakeSignal, type DeliveryState } from './signals';
+
+const { attemptDelivery } = proxyActivities<DeliveryActivities>({
+  // The activity bounds its own request (DELIVERY_TIMEOUT ≤ 60 s); this covers the database around it.
+  startToCloseTimeout: '2 minutes',
+  // Only the service's own failures throw (Postgres down, unseal error): retried until they pass; the
+  // activity ends the job `expired` once it can see the deadline passed.
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 minutes' },
+});
+
+export interface DeliveryInput {
+  jobId: string;
+}
+
+export interface DeliveryResult {
+  status: string;
+  attempts: number;
+  reason?: string;
+}
+
+/** One workflow per delivery job: one activity per attempt, a timer (cut short by `wake`) between them. */
+export async function deliveryWorkflow({ jobId }: DeliveryInput): Promise<DeliveryResult> {
+  let woken = false;
+  const state: DeliveryState = { status: 'queued', attempts: 0 };
+  setHandler(wakeSignal, () => {
+    woken = true;
+  });
+  setHandler(deliveryStatusQuery, () => state);
+
+  let attempt = 1;
+  let lastStatus = 'queued';
+  for (;;) {
+    // A wake that arrives while the attempt runs is kept: the next wait then ends at once.
+    woken = false;
+    const r: AttemptOutput = await attemptDelivery({
+      jobId,
+      attempt,
+      now: Date.now(),
+      jitter: Math.random(),
+    });
+    state.status = r.status;
+    state.attempts = r.attempts;
+    if (r.reason !== undefined) state.reason = r.reason;
+    state.nextAttemptInMs = r.waitMs;
+    if (r.status !== lastStatus) {
+      upsertSearchAttributes([{ key: DeliveryStatus, value: r.status }]);
+      lastStatus = r.status;
+    }
+    if (r.waitMs === undefined) {
+      setCurrentDetails(`${r.status}${r.reason ? ` (${r.reason})` : ''} after ${r.attempts} attempt(s)`);
+      return {
+        status: r.status,
+        attempts: r.attempts,
+        ...(r.reason !== undefined ? { reason: r.reason } : {}),
+      };
+    }
+    setCurrentDetails(
+      `attempt ${r.attempts} ${r.reason ? `(${r.reason}) ` : ''}done, waiting ${Math.round(r.waitMs / 1000)} s for attempt ${r.attempts + 1}`,
+    );
+    if (r.waitMs > 0) await condition(() => woken, r.waitMs);
+    attempt = r.attempts + 1;
+  }
+}

@@ -1,0 +1,2 @@
+// What the worker bundles: every workflow of the service.
+export { deliveryWorkflow } from './delivery';

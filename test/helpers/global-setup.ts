@@ -1,0 +1,50 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import readline from 'node:readline';
+import { bundleWorkflowCode } from '@temporalio/worker';
+
+export const ROOT = path.resolve(__dirname, '..', '..');
+export const BUNDLE_PATH = path.join(ROOT, '.test-tmp', 'workflow-bundle.js');
+
+declare global {
+  var __A2A_TEST_SERVICES__: ChildProcess | undefined;
+}
+
+/** One Postgres and one Temporal dev server for the whole run; each test file makes its own database. */
+export default async function globalSetup(): Promise<void> {
+  const child = spawn(
+    process.execPath,
+    ['-r', 'ts-node/register/transpile-only', path.join(__dirname, 'test-services.ts'), '--temporal'],
+    {
+      cwd: ROOT,
+      stdio: ['pipe', 'pipe', 'inherit'],
+      env: { ...process.env, TS_NODE_TRANSPILE_ONLY: 'true' },
+    },
+  );
+  globalThis.__A2A_TEST_SERVICES__ = child;
+  const line = await new Promise<string>((resolve, reject) => {
+    const rl = readline.createInterface({ input: child.stdout! });
+    rl.once('line', resolve);
+    child.once('exit', (code) => reject(new Error(`test services exited with ${code}`)));
+  });
+  const info = JSON.parse(line) as { pgAdminUrl: string; temporalAddress: string };
+  process.env.TEST_PG_ADMIN_URL = info.pgAdminUrl;
+  process.env.TEST_TEMPORAL_ADDRESS = info.temporalAddress;
+
+  // The workflow bundle is built once for every test file that runs a worker.
+  fs.mkdirSync(path.dirname(BUNDLE_PATH), { recursive: true });
+  const { code } = await bundleWorkflowCode({
+    workflowsPath: path.join(ROOT, 'src', 'workflows', 'index.ts'),
+    logger: {
+      trace() {},
+      debug() {},
+      info() {},
+      warn() {},
+      error: (m: string) => console.error(m),
+      log() {},
+    } as never,
+  });
+  fs.writeFileSync(BUNDLE_PATH, code);
+  process.env.TEST_WORKFLOW_BUNDLE = BUNDLE_PATH;
+}

@@ -1,0 +1,252 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Client } from '@temporalio/client';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import {
+  DefaultLogger,
+  makeTelemetryFilterString,
+  NativeConnection,
+  Runtime as TemporalRuntime,
+  Worker,
+} from '@temporalio/worker';
+import { createApiApp } from '../../src/api/app';
+import type { ApiDeps } from '../../src/api/context';
+import { Dispatcher } from '../../src/api/dispatcher';
+import { loadSettings } from '../../src/config';
+import { createApiKey } from '../../src/db/apikeys';
+import { TEMPORAL_TEST_SERVER } from '../../src/embedded/temporal';
+import { createRegistry } from '../../src/metrics';
+import { compilePolicy, createOutboundClient, type OutboundClient, type Resolver } from '../../src/outbound';
+import type { Runtime } from '../../src/runtime';
+import { Keyring } from '../../src/sealing/keyring';
+import { activitiesFor } from '../../src/worker/worker';
+import { SEARCH_ATTRIBUTES } from '../../src/workflows/search-attributes';
+import pino from 'pino';
+import { createTestDb, type TestDb } from './db';
+import { makeTestTls } from './tls';
+
+let runtimeInstalled = false;
+/** Keeps the Temporal core's own logging to warnings, so test output stays readable. */
+export function quietTemporal() {
+  if (runtimeInstalled) return;
+  runtimeInstalled = true;
+  TemporalRuntime.install({
+    logger: new DefaultLogger('ERROR'),
+    telemetryOptions: {
+      logging: { filter: makeTelemetryFilterString({ core: 'ERROR', other: 'ERROR' }), forward: {} },
+    },
+  });
+}
+
+export async function createTimeSkippingEnv(): Promise<TestWorkflowEnvironment> {
+  quietTemporal();
+  const env = await TestWorkflowEnvironment.createTimeSkipping({
+    server: { executable: { type: 'existing-path', path: TEMPORAL_TEST_SERVER } },
+  });
+  // The time-skipping server knows no search attributes until told.
+  await env.connection.operatorService.addSearchAttributes({
+    namespace: 'default',
+    searchAttributes: Object.fromEntries(SEARCH_ATTRIBUTES.map((k) => [k.name, 2])),
+  });
+  return env;
+}
+
+export interface StackOptions {
+  env: Record<string, string>;
+  /** Policy of the API (creation-time checks); defaults to the worker's. */
+  apiEnv?: Record<string, string>;
+  resolver?: Resolver;
+}
+
+export interface Stack {
+  tdb: TestDb;
+  rt: Runtime;
+  apiUrl: string;
+  apiKey: string;
+  dispatcher: Dispatcher;
+  worker: Worker;
+  http: OutboundClient;
+  /** fetch against the API with the key. */
+  api(path: string, init?: RequestInit & { json?: unknown }): Promise<Response>;
+  close(): Promise<void>;
+}
+
+const silent = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
+
+/**
+ * The service as a test sees it: a fresh database, the API on a random port (with its dispatcher),
+ * and a worker with the real activities, on a given Temporal (time-skipping or the dev server).
+ */
+export async function startStack(
+  temporal: { client: Client; nativeConnection: NativeConnection; namespace?: string },
+  taskQueue: string,
+  o: StackOptions,
+): Promise<Stack> {
+  const tls = makeTestTls();
+  const tdb = await createTestDb();
+  const base = { OUTBOUND_ALLOW_CIDRS: '127.0.0.0/8', LOG_LEVEL: 'silent', ...o.env };
+  const settings = loadSettings({ ...base, TASK_QUEUE: taskQueue, DATABASE_URL: tdb.url });
+  const keyring = Keyring.parse(Keyring.generateEntry('test'));
+  const policy = compilePolicy(settings.OUTBOUND_ALLOW_CIDRS, settings.OUTBOUND_DENY_CIDRS);
+  const rt: Runtime = { settings, logger: silent, db: tdb.db, keyring, policy };
+  const apiSettings = o.apiEnv ? loadSettings({ ...base, ...o.apiEnv, TASK_QUEUE: taskQueue }) : settings;
+  const apiPolicy = compilePolicy(apiSettings.OUTBOUND_ALLOW_CIDRS, apiSettings.OUTBOUND_DENY_CIDRS);
+
+  const httpClient = createOutboundClient({
+    policy,
+    ca: tls.caPem,
+    ...(o.resolver ? { resolver: o.resolver } : {}),
+  });
+  const worker = await Worker.create({
+    connection: temporal.nativeConnection,
+    namespace: temporal.namespace ?? 'default',
+    taskQueue,
+    workflowBundle: { codePath: process.env.TEST_WORKFLOW_BUNDLE! },
+    activities: activitiesFor(rt, httpClient),
+  });
+  const running = worker.run();
+
+  const dispatcher = new Dispatcher({
+    db: tdb.db,
+    client: temporal.client,
+    taskQueue,
+    logger: silent,
+    sweepIntervalMs: settings.SWEEP_INTERVAL,
+  });
+  const deps: ApiDeps = {
+    ...rt,
+    settings: apiSettings,
+    policy: apiPolicy,
+    temporal: temporal.client,
+    dispatcher,
+  };
+  const app = createApiApp(deps, createRegistry('api'), async () => ({ postgres: true, temporal: true }));
+  const server = http.createServer(app);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  const apiUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  dispatcher.start();
+  const { key } = await createApiKey(tdb.db, 'tenant-a');
+
+  return {
+    tdb,
+    rt,
+    apiUrl,
+    apiKey: key,
+    dispatcher,
+    worker,
+    http: httpClient,
+    api(path, init = {}) {
+      const headers = new Headers(init.headers);
+      if (!headers.has('authorization')) headers.set('authorization', `Bearer ${key}`);
+      let body = init.body;
+      if (init.json !== undefined) {
+        body = JSON.stringify(init.json);
+        if (!headers.has('content-type')) headers.set('content-type', 'application/json');
+      }
+      return fetch(`${apiUrl}${path}`, { ...init, headers, body: body ?? null });
+    },
+    async close() {
+      await dispatcher.stop();
+      await new Promise<void>((r) => {
+        server.close(() => r());
+        server.closeAllConnections();
+      });
+      worker.shutdown();
+      await running;
+      await httpClient.close();
+      await tdb.drop();
+    },
+  };
+}
+
+/** Creates a push config through the API and answers its JSON. */
+export async function createConfig(
+  stack: Stack,
+  taskId: string,
+  body: Record<string, unknown>,
+): Promise<Record<string, unknown>> {
+  const res = await stack.api(`/v1/tasks/${taskId}/pushNotificationConfigs`, { method: 'POST', json: body });
+  const json = (await res.json()) as Record<string, unknown>;
+  if (res.status !== 201) throw new Error(`create config: ${res.status} ${JSON.stringify(json)}`);
+  return json;
+}
+
+export async function writeEvent(
+  stack: Stack,
+  taskId: string,
+  streamResponse: unknown,
+): Promise<{ eventId: string; deliveries: Array<{ id: string; configId: string }> }> {
+  const res = await stack.api(`/v1/tasks/${taskId}/events`, { method: 'POST', json: { streamResponse } });
+  const json = (await res.json()) as { eventId: string; deliveries: Array<{ id: string; configId: string }> };
+  if (res.status !== 202) throw new Error(`write event: ${res.status} ${JSON.stringify(json)}`);
+  return json;
+}
+
+export async function attemptRows(stack: Stack, jobId: string) {
+  const r = await stack.tdb.db.query<{
+    n: number;
+    started_at: Date;
+    outcome: string;
+    http_status: number | null;
+    error: string | null;
+  }>(
+    'SELECT n, started_at, outcome, http_status, error FROM delivery_attempts WHERE job_id = $1 ORDER BY n',
+    [jobId],
+  );
+  return r.rows;
+}
+
+export async function jobRow(stack: Stack, jobId: string) {
+  const r = await stack.tdb.db.query<{ status: string; reason: string | null; attempt_count: number }>(
+    'SELECT status, reason, attempt_count FROM delivery_jobs WHERE id = $1',
+    [jobId],
+  );
+  return r.rows[0]!;
+}
+
+export async function configRow(stack: Stack, taskId: string, id: string) {
+  const r = await stack.tdb.db.query<{ status: string; status_reason: string | null }>(
+    'SELECT status, status_reason FROM push_configs WHERE task_id = $1 AND id = $2 ORDER BY row_id DESC LIMIT 1',
+    [taskId, id],
+  );
+  return r.rows[0]!;
+}
+
+/** The run's Temporal dev server (started by the global setup), as a client and a worker connection. */
+export async function connectDevServer() {
+  quietTemporal();
+  const address = process.env.TEST_TEMPORAL_ADDRESS;
+  if (!address)
+    throw new Error('TEST_TEMPORAL_ADDRESS is not set: run the tests through jest (global setup)');
+  const { Connection, Client } = await import('@temporalio/client');
+  const connection = await Connection.connect({ address });
+  const client = new Client({ connection, namespace: 'default' });
+  const nativeConnection = await NativeConnection.connect({ address });
+  return {
+    client,
+    nativeConnection,
+    namespace: 'default',
+    async close() {
+      await connection.close();
+      await nativeConnection.close();
+    },
+  };
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls until fn answers a value that passes, or fails after timeoutMs. */
+export async function eventually<T>(
+  fn: () => Promise<T>,
+  ok: (v: T) => boolean,
+  timeoutMs = 20_000,
+): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (ok(v)) return v;
+    if (Date.now() > until)
+      throw new Error(`condition not met after ${timeoutMs} ms; last value: ${JSON.stringify(v)}`);
+    await sleep(100);
+  }
+}

@@ -12,7 +12,12 @@ import { requireSettings } from './config';
 import { createRegistry } from './metrics';
 import { createHttp, type Runtime } from './runtime';
 import { connectTemporal } from './temporal';
-import { createWorker, startWorkerListener, type WorkflowSource } from './worker/worker';
+import {
+  createWorker,
+  installTemporalRuntime,
+  startWorkerListener,
+  type WorkflowSource,
+} from './worker/worker';
 
 export interface Service {
   name: string;
@@ -125,6 +130,7 @@ export async function startWorker(
   source?: WorkflowSource,
 ): Promise<Service & { run: Promise<void> }> {
   const s = requireSettings(rt.settings, ['TEMPORAL_ADDRESS']);
+  installTemporalRuntime(rt.logger);
   const connection = await NativeConnection.connect({ address: s.TEMPORAL_ADDRESS });
   const httpClient = createHttp(rt);
   const worker = await createWorker(rt, httpClient, {

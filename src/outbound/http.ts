@@ -29,6 +29,10 @@ export interface OutboundOptions {
   ca?: string | Buffer;
   /** per-origin connection pool size */
   connections?: number;
+  /** whole-exchange bound of the guarded fetch (default FETCH_TIMEOUT_MS); tests shorten it */
+  fetchTimeoutMs?: number;
+  /** response cap of the guarded fetch (default FETCH_MAX_RESPONSE_BYTES) */
+  fetchMaxResponseBytes?: number;
 }
 
 export interface OutboundRequest {
@@ -266,6 +270,8 @@ const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
 export function createOutboundClient(opts: OutboundOptions): OutboundClient {
   const { policy } = opts;
   const resolver = opts.resolver ?? systemResolver;
+  const fetchTimeoutMs = opts.fetchTimeoutMs ?? FETCH_TIMEOUT_MS;
+  const fetchCap = opts.fetchMaxResponseBytes ?? FETCH_MAX_RESPONSE_BYTES;
   // tls `ca` replaces the default roots, so the extra CA is appended to them rather than set alone.
   const ca = opts.ca === undefined ? undefined : [...rootCertificates, opts.ca.toString()];
   const agent = new Agent({
@@ -319,7 +325,7 @@ export function createOutboundClient(opts: OutboundOptions): OutboundClient {
     const normalised = input instanceof Request ? new Request(input, init) : new Request(url.href, init);
     const body = normalised.body === null ? undefined : Buffer.from(await normalised.arrayBuffer());
     const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(new TimeoutReason(FETCH_TIMEOUT_MS)), FETCH_TIMEOUT_MS);
+    const timer = setTimeout(() => controller.abort(new TimeoutReason(fetchTimeoutMs)), fetchTimeoutMs);
     const callerSignal = normalised.signal;
     try {
       const res = await undiciFetch(url.href, {
@@ -330,10 +336,7 @@ export function createOutboundClient(opts: OutboundOptions): OutboundClient {
         signal: AbortSignal.any([callerSignal, controller.signal]),
         dispatcher: agent,
       });
-      const read = await readStreamCapped(
-        res.body as ReadableStream<Uint8Array> | null,
-        FETCH_MAX_RESPONSE_BYTES,
-      );
+      const read = await readStreamCapped(res.body as ReadableStream<Uint8Array> | null, fetchCap);
       const headers = new Headers();
       for (const [k, v] of res.headers) headers.append(k, v);
       return new Response(NULL_BODY_STATUS.has(res.status) ? null : read.body, {
@@ -350,9 +353,28 @@ export function createOutboundClient(opts: OutboundOptions): OutboundClient {
     }
   }
 
+  // close() waits for calls in flight (each is bounded by its own timeout), then destroys the agent:
+  // agent.close() alone would also wait out a connect attempt whose lookup never answers.
+  const inFlight = new Set<Promise<unknown>>();
+  let closed = false;
+  const track = <A extends unknown[], R>(fn: (...args: A) => Promise<R>) => {
+    return (...args: A): Promise<R> => {
+      if (closed) return Promise.reject(new OutboundError('connection', 'outbound client is closed'));
+      const p = fn(...args);
+      inFlight.add(p);
+      const forget = (): void => void inFlight.delete(p);
+      p.then(forget, forget);
+      return p;
+    };
+  };
+
   return {
-    request,
-    fetch: guardedFetch,
-    close: () => agent.close(),
+    request: track(request),
+    fetch: track(guardedFetch),
+    async close() {
+      closed = true;
+      await Promise.allSettled([...inFlight]);
+      await agent.destroy();
+    },
   };
 }

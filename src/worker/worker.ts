@@ -1,5 +1,14 @@
 import http from 'node:http';
-import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
+import {
+  DefaultLogger,
+  makeTelemetryFilterString,
+  NativeConnection,
+  Runtime as TemporalRuntime,
+  Worker,
+  type LogLevel,
+  type WorkerOptions,
+} from '@temporalio/worker';
+import type { Logger } from 'pino';
 import express from 'express';
 import { createDeliveryActivities } from '../activities/delivery';
 import { opsRoutes } from '../api/app';
@@ -7,10 +16,20 @@ import { createRegistry } from '../metrics';
 import type { OutboundClient } from '../outbound';
 import type { Runtime } from '../runtime';
 
-export interface WorkerHandle {
-  worker: Worker;
-  run: Promise<void>;
-  shutdown(): Promise<void>;
+let runtimeInstalled = false;
+
+/** Routes the SDK's own logs into our pino logger; below `debug` only its warnings show. */
+export function installTemporalRuntime(logger: Logger): void {
+  if (runtimeInstalled) return;
+  runtimeInstalled = true;
+  const level: LogLevel = logger.isLevelEnabled('debug') ? 'INFO' : 'WARN';
+  TemporalRuntime.install({
+    logger: new DefaultLogger(level, (entry) => {
+      const fn = entry.level === 'ERROR' ? 'error' : entry.level === 'WARN' ? 'warn' : 'debug';
+      logger[fn]({ ...(entry.meta ?? {}), source: 'temporal' }, entry.message);
+    }),
+    telemetryOptions: { logging: { filter: makeTelemetryFilterString({ core: level }), forward: {} } },
+  });
 }
 
 export function activitiesFor(rt: Runtime, httpClient: OutboundClient) {

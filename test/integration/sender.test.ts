@@ -8,6 +8,7 @@ import {
   startStack,
   writeEvent,
   type Stack,
+  json,
 } from '../helpers/harness';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 import { makeDeliveryWorkflowId } from '../../src/ids';
@@ -30,7 +31,7 @@ afterAll(async () => {
   await temporal?.close();
 });
 
-const delivery = async (id: string) => (await stack.api(`/v1/deliveries/${id}`)).json();
+const delivery = (id: string) => json(stack.api(`/v1/deliveries/${id}`));
 
 describe('sender end to end (dev server, HTTP API)', () => {
   it('create → event → delivered, with the contract headers and the body byte for byte', async () => {
@@ -188,15 +189,15 @@ describe('sender end to end (dev server, HTTP API)', () => {
     expect(conflict.status).toBe(409);
     expect(conflict.headers.get('content-type')).toContain('application/problem+json');
     // The config's deliveries, newest first.
-    const page = await (
-      await stack.api('/v1/tasks/task-retry/pushNotificationConfigs/r/deliveries?pageSize=1')
-    ).json();
+    const page = await json(
+      stack.api('/v1/tasks/task-retry/pushNotificationConfigs/r/deliveries?pageSize=1'),
+    );
     expect(page.deliveries.map((d: { id: string }) => d.id)).toEqual([again.id]);
-    const page2 = await (
-      await stack.api(
+    const page2 = await json(
+      stack.api(
         `/v1/tasks/task-retry/pushNotificationConfigs/r/deliveries?pageSize=1&pageToken=${page.nextPageToken}`,
-      )
-    ).json();
+      ),
+    );
     expect(page2.deliveries.map((d: { id: string }) => d.id)).toEqual([id]);
     expect(page2.nextPageToken).toBeUndefined();
   });
@@ -214,7 +215,7 @@ describe('sender end to end (dev server, HTTP API)', () => {
       status: 'auth_failed',
       status_reason: 'http_401',
     });
-    const cfg = await (await stack.api('/v1/tasks/task-401/pushNotificationConfigs/x')).json();
+    const cfg = await json(stack.api('/v1/tasks/task-401/pushNotificationConfigs/x'));
     expect(cfg).toMatchObject({ status: 'auth_failed', statusReason: 'http_401' });
     expect((await writeEvent(stack, 'task-401', { task: { id: 'task-401' } })).deliveries).toEqual([]);
     expect((await stack.api(`/v1/deliveries/${id}:retry`, { method: 'POST' })).status).toBe(409);

@@ -246,9 +246,14 @@ const policyCase = fc
         : fc
             .constantFrom(...listed)
             .chain((c) => randomIn(c).map((value): Addr => ({ family: c.family, value })));
-    const mappedInside = inside
-      .filter((a) => a.family === 4)
-      .map((a): Addr => ({ family: 6, value: (0xffffn << 32n) | a.value }));
+    const listedV4 = listed.filter((c) => c.family === 4);
+    const mappedInside =
+      listedV4.length === 0
+        ? embeddedArb
+        : fc
+            .constantFrom(...listedV4)
+            .chain(randomIn)
+            .map((value): Addr => ({ family: 6, value: (0xffffn << 32n) | value }));
     return fc.record({
       allow: fc.constant(allow),
       deny: fc.constant(deny),

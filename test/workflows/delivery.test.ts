@@ -8,6 +8,7 @@ import {
   createConfig,
   createTimeSkippingEnv,
   jobRow,
+  json,
   startStack,
   writeEvent,
   type Stack,
@@ -111,7 +112,7 @@ describe('delivery workflow (time-skipping)', () => {
     const [g] = gaps(s.attempts);
     expect(g!).toBeGreaterThanOrEqual(120_000);
     expect(g!).toBeLessThan(125_000);
-    const d = await (await stack!.api(`/v1/deliveries/${s.jobId}`)).json();
+    const d = await json(stack!.api(`/v1/deliveries/${s.jobId}`));
     expect(d.attempts[0]).toMatchObject({ n: 1, outcome: 'retry', httpStatus: 429, retryAfterMs: 120_000 });
   });
 
@@ -262,7 +263,7 @@ describe('bounds, deletion and supersession (time-skipping)', () => {
     await result(ev1.deliveries[0]!.id);
     await stack.api(`/v1/tasks/${taskId}/pushNotificationConfigs/cfg`, { method: 'DELETE' });
     await createConfig(stack, taskId, { id: 'cfg', url: receiver.url });
-    const list = await (await stack.api(`/v1/tasks/${taskId}/pushNotificationConfigs/cfg/deliveries`)).json();
+    const list = await json(stack.api(`/v1/tasks/${taskId}/pushNotificationConfigs/cfg/deliveries`));
     expect(list.deliveries).toEqual([]);
   });
 });

@@ -1,0 +1,80 @@
+import pino from 'pino';
+import { createDeliveryActivities } from '../../src/activities/delivery';
+import { createApiKey } from '../../src/db/apikeys';
+import { inTx } from '../../src/db/pool';
+import { writeEvent } from '../../src/db/outbox';
+import { compilePolicy, createOutboundClient } from '../../src/outbound';
+import { Keyring } from '../../src/sealing/keyring';
+import { createTestDb, type TestDb } from '../helpers/db';
+import { startReceiver, type Receiver } from '../helpers/receiver';
+import { makeTestTls } from '../helpers/tls';
+
+// The state a worker killed during a POST leaves behind (a started attempt row, the job in flight),
+// and what the retried activity makes of it. The kill itself is exercised by the fault suite.
+let tdb: TestDb;
+let receiver: Receiver;
+const policy = compilePolicy('127.0.0.0/8', '');
+const http = createOutboundClient({ policy, ca: makeTestTls().caPem });
+const retry = { initialMs: 30_000, factor: 3, maxMs: 3_600_000, maxAttempts: 8 };
+
+beforeAll(async () => {
+  tdb = await createTestDb();
+  receiver = await startReceiver();
+  await createApiKey(tdb.db, 't');
+});
+afterAll(async () => {
+  await http.close();
+  await receiver.close();
+  await tdb.drop();
+});
+
+it('a started attempt found on retry is marked interrupted, counts, and the next attempt follows after the usual wait', async () => {
+  const acts = createDeliveryActivities({
+    db: tdb.db,
+    keyring: Keyring.parse(Keyring.generateEntry('k')),
+    http,
+    policy,
+    retry,
+    timeoutMs: 2_000,
+    logger: pino({ level: 'silent' }),
+  });
+  await tdb.db.query(`INSERT INTO push_configs (tenant_id, task_id, id, url) VALUES ('t', 'task', 'c', $1)`, [
+    receiver.url,
+  ]);
+  const ev = await inTx(tdb.db, (tx) =>
+    writeEvent(tx, {
+      tenantId: 't',
+      taskId: 'task',
+      kind: 'task',
+      body: '{"task":{}}',
+      deadlineMs: 86_400_000,
+      boundPerConfig: 64,
+    }),
+  );
+  const jobId = ev.deliveries[0]!.id;
+  const now = Date.now();
+  // As a crash mid-request leaves it:
+  await tdb.db.query(`UPDATE delivery_jobs SET status = 'in_flight', attempt_count = 1 WHERE id = $1`, [
+    jobId,
+  ]);
+  await tdb.db.query(
+    `INSERT INTO delivery_attempts (job_id, n, started_at) VALUES ($1, 1, to_timestamp($2 / 1000.0))`,
+    [jobId, now],
+  );
+
+  const r1 = await acts.attemptDelivery({ jobId, attempt: 1, now: now + 20_000, jitter: 0.5 });
+  expect(r1).toMatchObject({ status: 'waiting_retry', attempts: 1, outcome: 'interrupted', waitMs: 30_000 });
+  expect(receiver.requests).toHaveLength(0);
+  const row = await tdb.db.query('SELECT outcome, error FROM delivery_attempts WHERE job_id = $1', [jobId]);
+  expect(row.rows).toEqual([{ outcome: 'interrupted', error: 'interrupted' }]);
+
+  // The same activity retried again (its answer lost) answers from the stored row, without a request.
+  const again = await acts.attemptDelivery({ jobId, attempt: 1, now: now + 25_000, jitter: 0.5 });
+  expect(again).toMatchObject({ status: 'waiting_retry', attempts: 1, waitMs: 25_000 });
+  expect(receiver.requests).toHaveLength(0);
+
+  const r2 = await acts.attemptDelivery({ jobId, attempt: 2, now: now + 50_000, jitter: 0.5 });
+  expect(r2).toMatchObject({ status: 'delivered', attempts: 2, outcome: 'delivered' });
+  expect(receiver.requests).toHaveLength(1);
+  expect(receiver.requests[0]!.headers['x-a2a-push-delivery']).toBe(jobId);
+});

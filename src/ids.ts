@@ -5,3 +5,8 @@ export const makeRegistrationWorkflowId = (registrationId: string) => `registrat
 /** taskId and config ids: 1-128 of [A-Za-z0-9._~:-], not "." or "..". */
 export const ID_PATTERN = /^[A-Za-z0-9._~:-]{1,128}$/;
 export const isValidId = (s: string) => ID_PATTERN.test(s) && s !== '.' && s !== '..';
+
+/** The callback URL handed out for a registration. */
+export function callbackUrl(publicBaseUrl: string, registrationId: string): string {
+  return `${publicBaseUrl.replace(/\/+$/, '')}/a2a/push/${registrationId}`;
+}

@@ -7,6 +7,8 @@ import express from 'express';
 import { Gauge } from 'prom-client';
 import { createApiApp, errorHandler, opsRoutes, requestLogger } from './api/app';
 import { Dispatcher, queuedCount } from './api/dispatcher';
+import { FeedNotifier } from './api/feed-notifier';
+import { createInboxApp } from './inbox/app';
 import { Problem, sendProblem } from './api/problem';
 import { requireSettings } from './config';
 import { createRegistry } from './metrics';
@@ -69,8 +71,21 @@ export async function startApi(rt: Runtime): Promise<Service & { dispatcher: Dis
       this.set(await queuedCount(rt.db).catch(() => -1));
     },
   });
-  const registry = createRegistry('api', [queued]);
-  const app = createApiApp({ ...rt, temporal: client, dispatcher }, registry, async () => ({
+  const unprocessed = new Gauge({
+    name: 'a2a_push_inbox_unprocessed',
+    help: 'Inbox callbacks stored and not yet reconciled',
+    registers: [],
+    async collect() {
+      const r = await rt.db
+        .query<{ n: string }>('SELECT count(*) AS n FROM inbox_callbacks WHERE processed_at IS NULL')
+        .catch(() => ({ rows: [{ n: '-1' }] }));
+      this.set(Number(r.rows[0]!.n));
+    },
+  });
+  const registry = createRegistry('api', [queued, unprocessed]);
+  const feed = new FeedNotifier(requireSettings(rt.settings, ['DATABASE_URL']).DATABASE_URL, rt.logger);
+  await feed.start();
+  const app = createApiApp({ ...rt, temporal: client, dispatcher, feed }, registry, async () => ({
     postgres: await rt.db.query('SELECT 1').then(
       () => true,
       () => false,
@@ -88,27 +103,27 @@ export async function startApi(rt: Runtime): Promise<Service & { dispatcher: Dis
     async stop() {
       await closeServer(server);
       await dispatcher.stop();
+      await feed.stop();
       await connection.close().catch(() => undefined);
     },
   };
 }
 
 export async function startInbox(rt: Runtime): Promise<Service & { port: number }> {
-  const s = rt.settings;
+  const s = requireSettings(rt.settings, ['TEMPORAL_ADDRESS']);
+  const { client, connection } = connectTemporal({
+    address: s.TEMPORAL_ADDRESS,
+    namespace: s.TEMPORAL_NAMESPACE,
+    taskQueue: s.TASK_QUEUE,
+  });
   const registry = createRegistry('inbox');
-  const app = express();
-  app.disable('x-powered-by');
-  app.use(requestLogger(rt));
-  app.use(
-    opsRoutes(registry, async () => ({
-      postgres: await rt.db.query('SELECT 1').then(
-        () => true,
-        () => false,
-      ),
-    })),
-  );
-  app.use((req, res) => sendProblem(res, new Problem('not_found', `no route ${req.method} ${req.path}`)));
-  app.use(errorHandler(rt.logger));
+  const { app } = createInboxApp({ ...rt, temporal: client }, registry, async () => ({
+    postgres: await rt.db.query('SELECT 1').then(
+      () => true,
+      () => false,
+    ),
+    temporal: await temporalReachable(client),
+  }));
   const server =
     s.INBOX_TLS_CERT && s.INBOX_TLS_KEY
       ? https.createServer(
@@ -121,7 +136,10 @@ export async function startInbox(rt: Runtime): Promise<Service & { port: number 
     name: 'inbox',
     url: `${s.INBOX_TLS_CERT ? 'https' : 'http'}://127.0.0.1:${port}`,
     port,
-    stop: () => closeServer(server),
+    async stop() {
+      await closeServer(server);
+      await connection.close().catch(() => undefined);
+    },
   };
 }
 

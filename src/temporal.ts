@@ -5,9 +5,9 @@ import {
   WorkflowNotFoundError,
 } from '@temporalio/client';
 import { WorkflowIdReusePolicy } from '@temporalio/common';
-import { makeDeliveryWorkflowId } from './ids';
-import { ConfigId, DeliveryStatus, TaskId, TenantId } from './workflows/search-attributes';
-import { wakeSignal } from './workflows/signals';
+import { makeDeliveryWorkflowId, makeRegistrationWorkflowId } from './ids';
+import { ConfigId, DeliveryStatus, RegistrationId, TaskId, TenantId } from './workflows/search-attributes';
+import { callbackSignal, deleteSignal, remoteTaskSignal, wakeSignal } from './workflows/signals';
 
 export interface TemporalSettings {
   address: string;
@@ -67,4 +67,46 @@ export async function wakeDeliveries(client: Client, jobIds: string[]): Promise<
         }),
     ),
   ).catch(() => undefined);
+}
+
+export interface RegistrationToStart {
+  id: string;
+  tenantId: string;
+  host: string;
+  remoteTaskId?: string | null;
+}
+
+const SIGNALS = { callback: callbackSignal, remoteTask: remoteTaskSignal } as const;
+
+/**
+ * Signals `registration-{id}`, starting it when it is not running. A run started for a registration that
+ * already ended finds that out in its first activity and ends at once.
+ */
+export async function signalRegistration(
+  client: Client,
+  taskQueue: string,
+  reg: RegistrationToStart,
+  signal: keyof typeof SIGNALS = 'callback',
+): Promise<void> {
+  await client.workflow.signalWithStart('registrationWorkflow', {
+    workflowId: makeRegistrationWorkflowId(reg.id),
+    taskQueue,
+    args: [{ registrationId: reg.id }],
+    signal: SIGNALS[signal],
+    signalArgs: [],
+    typedSearchAttributes: [
+      { key: TenantId, value: reg.tenantId },
+      { key: RegistrationId, value: reg.id },
+      ...(reg.remoteTaskId ? [{ key: TaskId, value: reg.remoteTaskId }] : []),
+    ],
+    staticSummary: `await remote task at host ${reg.host}`,
+  });
+}
+
+/** Best effort: a registration whose workflow is not running needs nothing more. */
+export async function signalRegistrationDeleted(client: Client, id: string): Promise<void> {
+  await client.workflow
+    .getHandle(makeRegistrationWorkflowId(id))
+    .signal(deleteSignal)
+    .catch(() => undefined);
 }

@@ -8,6 +8,8 @@ import type { ApiDeps } from './context';
 import { configRoutes } from './configs';
 import { deliveryRoutes } from './deliveries';
 import { eventRoutes } from './events';
+import type { FeedNotifier } from './feed-notifier';
+import { registrationRoutes } from './registrations';
 import { Problem, sendProblem } from './problem';
 
 export interface Probe {
@@ -91,7 +93,7 @@ export function errorHandler(logger: ApiDeps['logger']) {
   };
 }
 
-export function createApiApp(deps: ApiDeps, registry: Registry, ready: Probe) {
+export function createApiApp(deps: ApiDeps & { feed: FeedNotifier }, registry: Registry, ready: Probe) {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
@@ -128,6 +130,7 @@ export function createApiApp(deps: ApiDeps, registry: Registry, ready: Probe) {
   app.use(configRoutes(deps));
   app.use(eventRoutes(deps));
   app.use(deliveryRoutes(deps));
+  app.use(registrationRoutes(deps));
 
   app.use((req, res) => sendProblem(res, new Problem('not_found', `no route ${req.method} ${req.path}`)));
   app.use(errorHandler(deps.logger));

@@ -29,8 +29,10 @@ export const callerOf = (res: Response): Caller => res.locals.caller as Caller;
 export interface Answer {
   status: number;
   body?: unknown;
+  /** What Idempotency-Key keeps instead of body, when body holds a secret shown once. */
+  stored?: unknown;
   /** Runs after the commit and the answer: workflow starts and signals never hold up a write. */
-  after?: () => void | Promise<void>;
+  after?: () => unknown;
 }
 
 /** Runs a write in one transaction, honouring Idempotency-Key; 4xx and 5xx roll back and store nothing. */
@@ -40,6 +42,8 @@ export async function writeAnswer(
   res: Response,
   requestBody: unknown,
   fn: (tx: Tx) => Promise<Answer>,
+  /** Rewrites a stored answer on replay (a pending embedded registration hands out a fresh credential). */
+  onReplay?: (tx: Tx, stored: { status: number; body: unknown }) => Promise<Answer>,
 ): Promise<void> {
   const { tenantId } = callerOf(res);
   const key = req.get('idempotency-key');

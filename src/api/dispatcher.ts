@@ -1,7 +1,7 @@
 import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import type { Db } from '../db/pool';
-import { startDeliveryWorkflow } from '../temporal';
+import { signalRegistration, startDeliveryWorkflow } from '../temporal';
 
 export interface DispatcherOptions {
   db: Db;
@@ -63,6 +63,7 @@ export class Dispatcher {
         this.again = false;
         try {
           while ((await this.runOnce()) === this.batchSize && !this.stopped);
+          await this.startRegistrations();
         } catch (err) {
           this.o.logger.warn({ err: (err as Error).message }, 'dispatcher run failed; the sweep retries');
         }
@@ -75,6 +76,30 @@ export class Dispatcher {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     await this.running;
+  }
+
+  /** Registrations whose workflow start was lost (Temporal away at creation, or a crash). */
+  async startRegistrations(): Promise<number> {
+    const r = await this.o.db.query<{
+      id: string;
+      tenant_id: string;
+      agent_url: string;
+      remote_task_id: string | null;
+    }>(
+      `SELECT id, tenant_id, agent_url, remote_task_id FROM registrations
+        WHERE NOT workflow_started AND status IN ('pending', 'active') AND created_at < now() - interval '2 seconds'
+        ORDER BY created_at LIMIT 100`,
+    );
+    for (const reg of r.rows) {
+      await signalRegistration(this.o.client, this.o.taskQueue, {
+        id: reg.id,
+        tenantId: reg.tenant_id,
+        host: hostOf(reg.agent_url),
+        remoteTaskId: reg.remote_task_id,
+      });
+      await this.o.db.query('UPDATE registrations SET workflow_started = true WHERE id = $1', [reg.id]);
+    }
+    return r.rows.length;
   }
 
   /** Claims one batch, starts its workflows, and marks the started ones. Returns how many were claimed. */

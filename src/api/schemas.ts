@@ -62,3 +62,59 @@ export const eventBody = z
   .strict();
 
 export const emptyBody = z.object({}).strict();
+
+export const createRegistrationBody = z
+  .object({
+    agent: z
+      .object({
+        url: z.string({ message: "is required (the agent's A2A base URL)" }),
+        bearerToken: z.string().min(1, { message: 'must not be empty' }).max(8192).optional(),
+      })
+      .strict(),
+    remoteTaskId: z.string().min(1).max(1024).optional(),
+    mode: z.enum(['embedded', 'separate'], { message: 'must be "embedded" or "separate"' }),
+  })
+  .strict()
+  .superRefine((b, ctx) => {
+    if (b.mode === 'separate' && b.remoteTaskId === undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['remoteTaskId'],
+        message: 'is required for a separate registration',
+      });
+    if (b.mode === 'embedded' && b.remoteTaskId !== undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['remoteTaskId'],
+        message:
+          'is refused for an embedded registration (post it to /remote-task once the agent acknowledged the task)',
+      });
+  });
+
+export const remoteTaskBody = z.object({ remoteTaskId: z.string().min(1).max(1024) }).strict();
+
+const intParam = (name: string, min: number, max: number, def: number) =>
+  z
+    .string()
+    .regex(/^\d+$/, { message: `must be an integer from ${min} to ${max}` })
+    .transform(Number)
+    .pipe(
+      z
+        .number()
+        .int()
+        .min(min, { message: `${name} must be from ${min} to ${max}` })
+        .max(max, { message: `${name} must be from ${min} to ${max}` }),
+    )
+    .optional()
+    .default(def);
+
+export const feedQuery = z.object({
+  after: cursor.optional().default('0'),
+  limit: intParam('limit', 1, 1000, 100),
+  wait: intParam('wait', 0, 30, 0),
+});
+
+export const auditQuery = z.object({
+  after: cursor.optional().default('0'),
+  limit: intParam('limit', 1, 1000, 100),
+});

@@ -260,6 +260,42 @@ async function readStreamCapped(
   }
 }
 
+const noop = (): void => undefined;
+
+/**
+ * The whole-exchange bound. Aborting the signal alone is not enough: undici defers the abort of a
+ * request that is still waiting for its connection until that connection attempt ends (up to the
+ * connect timeout), so the deadline also rejects every race on its own.
+ */
+function startDeadline(ms: number): {
+  signal: AbortSignal;
+  race<T>(p: Promise<T>): Promise<T>;
+  expired(): boolean;
+  clear(): void;
+} {
+  const controller = new AbortController();
+  const reason = new TimeoutReason(ms);
+  let fire: (err: TimeoutReason) => void = noop;
+  const fired = new Promise<never>((_, reject) => {
+    fire = reject;
+  });
+  fired.catch(noop);
+  const timer = setTimeout(() => {
+    controller.abort(reason);
+    fire(reason);
+  }, ms);
+  return {
+    signal: controller.signal,
+    race(p) {
+      // The loser of a race may still reject later; that must not become an unhandled rejection.
+      p.catch(noop);
+      return Promise.race([p, fired]);
+    },
+    expired: () => controller.signal.aborted,
+    clear: () => clearTimeout(timer),
+  };
+}
+
 /** The Host header is the URL's; a caller-supplied one would split Host from SNI and the pinned name. */
 function withoutHost(headers: Iterable<[string, string]>): Array<[string, string]> {
   return [...headers].filter(([k]) => k.toLowerCase() !== 'host');
@@ -296,24 +332,28 @@ export function createOutboundClient(opts: OutboundOptions): OutboundClient {
 
   async function request(req: OutboundRequest): Promise<OutboundResponse> {
     const url = refuseStatic(req.url);
-    const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(new TimeoutReason(req.timeoutMs)), req.timeoutMs);
+    const deadline = startDeadline(req.timeoutMs);
     try {
-      const res = await undiciRequest(url, {
+      const pending = undiciRequest(url, {
         dispatcher: agent,
         method: req.method,
         headers: Object.fromEntries(withoutHost(Object.entries(req.headers ?? {}))),
         body: req.body ?? null,
-        signal: controller.signal,
+        signal: deadline.signal,
         headersTimeout: req.timeoutMs,
         bodyTimeout: req.timeoutMs,
       });
-      const { body, truncated } = await readCapped(res.body, req.maxResponseBytes);
+      // An answer that arrives after the deadline won is dropped, connection and all.
+      pending.then((late) => {
+        if (deadline.expired()) late.body.destroy();
+      }, noop);
+      const res = await deadline.race(pending);
+      const { body, truncated } = await deadline.race(readCapped(res.body, req.maxResponseBytes));
       return { status: res.statusCode, headers: res.headers, body, truncated };
     } catch (err) {
-      throw fail(err, controller.signal.aborted);
+      throw fail(err, deadline.expired());
     } finally {
-      clearTimeout(timer);
+      deadline.clear();
     }
   }
 
@@ -324,19 +364,24 @@ export function createOutboundClient(opts: OutboundOptions): OutboundClient {
     // guard's, and any dispatcher or redirect in `init` is ignored here and overridden below.
     const normalised = input instanceof Request ? new Request(input, init) : new Request(url.href, init);
     const body = normalised.body === null ? undefined : Buffer.from(await normalised.arrayBuffer());
-    const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(new TimeoutReason(fetchTimeoutMs)), fetchTimeoutMs);
     const callerSignal = normalised.signal;
+    const deadline = startDeadline(fetchTimeoutMs);
     try {
-      const res = await undiciFetch(url.href, {
+      const pending = undiciFetch(url.href, {
         method: normalised.method,
         headers: withoutHost(normalised.headers.entries()),
         ...(body === undefined ? {} : { body }),
         redirect: 'manual',
-        signal: AbortSignal.any([callerSignal, controller.signal]),
+        signal: AbortSignal.any([callerSignal, deadline.signal]),
         dispatcher: agent,
       });
-      const read = await readStreamCapped(res.body as ReadableStream<Uint8Array> | null, fetchCap);
+      pending.then((late) => {
+        if (deadline.expired()) late.body?.cancel().catch(noop);
+      }, noop);
+      const res = await deadline.race(pending);
+      const read = await deadline.race(
+        readStreamCapped(res.body as ReadableStream<Uint8Array> | null, fetchCap),
+      );
       const headers = new Headers();
       for (const [k, v] of res.headers) headers.append(k, v);
       return new Response(NULL_BODY_STATUS.has(res.status) ? null : read.body, {
@@ -346,10 +391,10 @@ export function createOutboundClient(opts: OutboundOptions): OutboundClient {
       });
     } catch (err) {
       // The caller's own abort is theirs to handle, in the shape fetch always gives it.
-      if (callerSignal.aborted && !controller.signal.aborted) throw err;
-      throw fail(err, controller.signal.aborted);
+      if (callerSignal.aborted && !deadline.expired()) throw err;
+      throw fail(err, deadline.expired());
     } finally {
-      clearTimeout(timer);
+      deadline.clear();
     }
   }
 

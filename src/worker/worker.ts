@@ -11,6 +11,8 @@ import {
 import type { Logger } from 'pino';
 import express from 'express';
 import { createDeliveryActivities } from '../activities/delivery';
+import { createRegistrationActivities } from '../activities/registration';
+import { requireSettings } from '../config';
 import { opsRoutes } from '../api/app';
 import { createRegistry } from '../metrics';
 import type { OutboundClient } from '../outbound';
@@ -33,8 +35,18 @@ export function installTemporalRuntime(logger: Logger): void {
 }
 
 export function activitiesFor(rt: Runtime, httpClient: OutboundClient) {
-  const s = rt.settings;
-  return createDeliveryActivities({
+  const s = requireSettings(rt.settings, ['PUBLIC_BASE_URL']);
+  const registration = createRegistrationActivities({
+    db: rt.db,
+    keyring: rt.keyring,
+    http: httpClient,
+    logger: rt.logger,
+    publicBaseUrl: s.PUBLIC_BASE_URL,
+    pollInitialMs: s.POLL_INITIAL,
+    pollMaxMs: s.POLL_MAX,
+    maxAgeMs: s.REGISTRATION_MAX_AGE,
+  });
+  const delivery = createDeliveryActivities({
     db: rt.db,
     keyring: rt.keyring,
     http: httpClient,
@@ -48,6 +60,7 @@ export function activitiesFor(rt: Runtime, httpClient: OutboundClient) {
     timeoutMs: s.DELIVERY_TIMEOUT,
     logger: rt.logger,
   });
+  return { ...delivery, ...registration };
 }
 
 /** The workflow code: a prebuilt bundle in tests, the source path otherwise. */

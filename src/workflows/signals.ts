@@ -10,3 +10,19 @@ export interface DeliveryState {
   nextAttemptInMs?: number;
 }
 export const deliveryStatusQuery = defineQuery<DeliveryState>('status');
+
+/** A callback was stored for the registration: reconcile soon (coalesced by the inbox). */
+export const callbackSignal = defineSignal('callback');
+/** nr-llm posted the acknowledged remote task id of an embedded registration. */
+export const remoteTaskSignal = defineSignal('remoteTask');
+/** The registration was deleted: delete the remote config best-effort and end. */
+export const deleteSignal = defineSignal('delete');
+
+export interface RegistrationState {
+  phase: 'starting' | 'awaiting_task_id' | 'reconciling' | 'waiting' | 'ended';
+  remoteState?: string;
+  status?: string;
+  polls: number;
+  nextPollInMs?: number;
+}
+export const registrationStatusQuery = defineQuery<RegistrationState>('status');

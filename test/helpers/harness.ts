@@ -1,4 +1,5 @@
 import http from 'node:http';
+import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { Client } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -12,6 +13,8 @@ import {
 import { createApiApp } from '../../src/api/app';
 import type { ApiDeps } from '../../src/api/context';
 import { Dispatcher } from '../../src/api/dispatcher';
+import { FeedNotifier } from '../../src/api/feed-notifier';
+import { createInboxApp } from '../../src/inbox/app';
 import { loadSettings } from '../../src/config';
 import { createApiKey } from '../../src/db/apikeys';
 import { TEMPORAL_TEST_SERVER } from '../../src/embedded/temporal';
@@ -62,6 +65,7 @@ export interface Stack {
   tdb: TestDb;
   rt: Runtime;
   apiUrl: string;
+  inboxUrl: string;
   apiKey: string;
   dispatcher: Dispatcher;
   worker: Worker;
@@ -84,7 +88,16 @@ export async function startStack(
 ): Promise<Stack> {
   const tls = makeTestTls();
   const tdb = await createTestDb();
-  const base = { OUTBOUND_ALLOW_CIDRS: '127.0.0.0/8', LOG_LEVEL: 'silent', ...o.env };
+  // The inbox listens first (HTTPS with the test certificate), so its URL can be PUBLIC_BASE_URL.
+  const inboxServer = https.createServer({ cert: tls.certPem, key: tls.keyPem });
+  await new Promise<void>((r) => inboxServer.listen(0, '127.0.0.1', () => r()));
+  const inboxUrl = `https://127.0.0.1:${(inboxServer.address() as AddressInfo).port}`;
+  const base = {
+    OUTBOUND_ALLOW_CIDRS: '127.0.0.0/8',
+    LOG_LEVEL: 'silent',
+    PUBLIC_BASE_URL: inboxUrl,
+    ...o.env,
+  };
   const settings = loadSettings({ ...base, TASK_QUEUE: taskQueue, DATABASE_URL: tdb.url });
   const keyring = Keyring.parse(Keyring.generateEntry('test'));
   const policy = compilePolicy(settings.OUTBOUND_ALLOW_CIDRS, settings.OUTBOUND_DENY_CIDRS);
@@ -113,6 +126,8 @@ export async function startStack(
     logger: silent,
     sweepIntervalMs: settings.SWEEP_INTERVAL,
   });
+  const feed = new FeedNotifier(tdb.url, silent);
+  await feed.start();
   const deps: ApiDeps = {
     ...rt,
     settings: apiSettings,
@@ -120,7 +135,14 @@ export async function startStack(
     temporal: temporal.client,
     dispatcher,
   };
-  const app = createApiApp(deps, createRegistry('api'), async () => ({ postgres: true, temporal: true }));
+  const app = createApiApp({ ...deps, feed }, createRegistry('api'), async () => ({
+    postgres: true,
+    temporal: true,
+  }));
+  const inbox = createInboxApp({ ...rt, temporal: temporal.client }, createRegistry('inbox'), async () => ({
+    postgres: true,
+  }));
+  inboxServer.on('request', inbox.app);
   const server = http.createServer(app);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   const apiUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -131,6 +153,7 @@ export async function startStack(
     tdb,
     rt,
     apiUrl,
+    inboxUrl,
     apiKey: key,
     dispatcher,
     worker,
@@ -147,10 +170,12 @@ export async function startStack(
     },
     async close() {
       await dispatcher.stop();
-      await new Promise<void>((r) => {
-        server.close(() => r());
-        server.closeAllConnections();
-      });
+      await feed.stop();
+      for (const srv of [server, inboxServer])
+        await new Promise<void>((r) => {
+          srv.close(() => r());
+          srv.closeAllConnections();
+        });
       worker.shutdown();
       await running;
       await httpClient.close();

@@ -174,10 +174,11 @@ describe('delivery workflow (time-skipping)', () => {
   });
 
   it('a wait that would pass the deadline ends the job expired', async () => {
-    const s = await scenario(() => ({ status: 503 }), { env: { DELIVERY_DEADLINE: '1h' } });
-    // 30 + 90 + 270 + 810 s fit in the hour; the fifth wait (2 430 s ± 20 %) would not.
+    const s = await scenario(() => ({ status: 503 }), { env: { DELIVERY_DEADLINE: '700s' } });
+    // Attempt 4 starts by 36 + 108 + 324 = 468 s whatever the jitter; the wait after it (810 s ± 20 %,
+    // at least 648 s) would end past 700 s for every jitter, so the job expires after exactly 4 requests.
     expect(s.job).toMatchObject({ status: 'expired', reason: 'http_503' });
-    expect(receiver!.requests).toHaveLength(5);
+    expect(receiver!.requests).toHaveLength(4);
   });
 
   it('connection refused is retried', async () => {

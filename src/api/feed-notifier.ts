@@ -1,0 +1,71 @@
+import { EventEmitter } from 'node:events';
+import { Client } from 'pg';
+import type { Logger } from 'pino';
+import { FEED_CHANNEL } from '../db/registrations';
+
+/**
+ * One LISTEN connection per API process: feed writers NOTIFY the tenant at commit, and long-polling
+ * readers wake at once. Readers also re-read on a short timer, so a lost connection only slows them.
+ */
+export class FeedNotifier {
+  private readonly emitter = new EventEmitter();
+  private client: Client | undefined;
+  private stopped = false;
+  private retry: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly url: string,
+    private readonly logger: Logger,
+  ) {
+    this.emitter.setMaxListeners(0);
+  }
+
+  async start(): Promise<void> {
+    if (this.stopped) return;
+    const c = new Client({ connectionString: this.url });
+    c.on('error', () => this.reconnect());
+    c.on('end', () => this.reconnect());
+    c.on('notification', (n) => {
+      if (n.channel === FEED_CHANNEL && n.payload) this.emitter.emit(n.payload);
+    });
+    try {
+      await c.connect();
+      await c.query(`LISTEN ${FEED_CHANNEL}`);
+      this.client = c;
+    } catch (err) {
+      this.logger.warn({ err: (err as Error).message }, 'feed notifier could not listen; retrying');
+      this.reconnect();
+    }
+  }
+
+  private reconnect() {
+    this.client = undefined;
+    if (this.stopped || this.retry) return;
+    this.retry = setTimeout(() => {
+      this.retry = undefined;
+      void this.start();
+    }, 1000);
+    this.retry.unref();
+  }
+
+  /** Resolves on the tenant's next notification, or after ms. */
+  wait(tenantId: string, ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(t);
+        this.emitter.off(tenantId, done);
+        signal?.removeEventListener('abort', done);
+        resolve();
+      };
+      const t = setTimeout(done, ms);
+      this.emitter.on(tenantId, done);
+      signal?.addEventListener('abort', done);
+    });
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.retry) clearTimeout(this.retry);
+    await this.client?.end().catch(() => undefined);
+  }
+}

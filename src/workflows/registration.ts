@@ -1,0 +1,128 @@
+import {
+  allHandlersFinished,
+  condition,
+  continueAsNew,
+  proxyActivities,
+  setCurrentDetails,
+  setHandler,
+  workflowInfo,
+} from '@temporalio/workflow';
+import type { RegistrationActivities } from '../activities/registration';
+import {
+  callbackSignal,
+  deleteSignal,
+  registrationStatusQuery,
+  remoteTaskSignal,
+  type RegistrationState,
+} from './signals';
+
+const acts = proxyActivities<RegistrationActivities>({
+  // Agent calls are bounded at 15 s each (card + call); this covers both and the database around them.
+  startToCloseTimeout: '1 minute',
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 minutes' },
+});
+
+export interface RegistrationInput {
+  registrationId: string;
+  /** Carried over continue-as-new: the current poll interval, and whether a callback is waiting. */
+  pollMs?: number;
+  pending?: boolean;
+}
+
+export interface RegistrationResult {
+  status: string;
+  remoteState?: string;
+  reason?: string;
+}
+
+/**
+ * One workflow per registration: on a callback signal or a poll timer, one activity calls GetTask on
+ * the remote agent and records what it saw. The callback body decides nothing.
+ */
+export async function registrationWorkflow(input: RegistrationInput): Promise<RegistrationResult> {
+  const { registrationId } = input;
+  let pending = input.pending ?? false;
+  let taskKnownSignal = false;
+  let deleted = false;
+  const state: RegistrationState = { phase: 'starting', polls: 0 };
+  setHandler(callbackSignal, () => {
+    pending = true;
+  });
+  setHandler(remoteTaskSignal, () => {
+    taskKnownSignal = true;
+    pending = true;
+  });
+  setHandler(deleteSignal, () => {
+    deleted = true;
+  });
+  setHandler(registrationStatusQuery, () => state);
+
+  const end = async (r: RegistrationResult): Promise<RegistrationResult> => {
+    state.phase = 'ended';
+    state.status = r.status;
+    setCurrentDetails(
+      `ended ${r.status}${r.remoteState ? ` (${r.remoteState})` : ''}${r.reason ? `: ${r.reason}` : ''}`,
+    );
+    return r;
+  };
+
+  const info = await acts.loadRegistration({ registrationId });
+  if (info.status === 'deleted') await acts.removeRemotePushConfig({ registrationId });
+  if (info.status !== 'pending' && info.status !== 'active') return end({ status: info.status });
+  if (info.needsRemoteConfig) await acts.setupRemotePushConfig({ registrationId });
+
+  let remoteTaskKnown = info.remoteTaskKnown;
+  let pollMs = input.pollMs ?? info.pollInitialMs;
+  for (;;) {
+    if (deleted) {
+      await acts.removeRemotePushConfig({ registrationId });
+      return end({ status: 'deleted' });
+    }
+    if (Date.now() >= info.expiresAt) {
+      const r = await acts.expireRegistration({ registrationId });
+      if (r.ended) await acts.removeRemotePushConfig({ registrationId });
+      return end({ status: r.status, ...(r.reason ? { reason: r.reason } : {}) });
+    }
+    if (!remoteTaskKnown) {
+      state.phase = 'awaiting_task_id';
+      setCurrentDetails('waiting for nr-llm to post the remote task id');
+      await condition(() => taskKnownSignal || deleted, info.expiresAt - Date.now());
+      if (taskKnownSignal)
+        remoteTaskKnown = (await acts.loadRegistration({ registrationId })).remoteTaskKnown;
+      continue;
+    }
+
+    state.phase = 'reconciling';
+    pending = false;
+    const r = await acts.reconcile({ registrationId });
+    state.polls++;
+    if (r.remoteState) state.remoteState = r.remoteState;
+    if (r.ended) {
+      await acts.removeRemotePushConfig({ registrationId });
+      return end({
+        status: r.status,
+        ...(r.remoteState ? { remoteState: r.remoteState } : {}),
+        ...(r.reason ? { reason: r.reason } : {}),
+      });
+    }
+
+    const waitMs = Math.max(1, Math.min(pollMs, info.expiresAt - Date.now()));
+    state.phase = 'waiting';
+    state.nextPollInMs = waitMs;
+    setCurrentDetails(
+      `remote task ${r.remoteTaskId ?? '?'} is ${r.remoteState ?? 'unknown'}${r.transient ? ` (last call failed: ${r.transient})` : ''}; next GetTask in ${Math.round(waitMs / 1000)} s or on a callback`,
+    );
+    const woken = await condition(() => pending || deleted, waitMs);
+    // A callback resets the polling to its start; silence doubles it up to POLL_MAX.
+    pollMs = woken && pending ? info.pollInitialMs : Math.min(pollMs * 2, info.pollMaxMs);
+
+    if (workflowInfo().continueAsNewSuggested) {
+      await condition(allHandlersFinished);
+      return continueAsNew<typeof registrationWorkflow>({
+        registrationId,
+        pollMs,
+        pending: pending || deleted,
+      });
+    }
+  }
+}

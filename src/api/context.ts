@@ -54,14 +54,14 @@ export async function writeAnswer(
         path: req.path,
         body: requestBody,
       });
-      if (stored)
-        return { status: stored.status, body: stored.body, replayed: true } as Answer & {
-          replayed?: boolean;
-        };
+      if (stored) {
+        const a = onReplay ? await onReplay(tx, stored) : { status: stored.status, body: stored.body };
+        return { ...a, replayed: true } as Answer & { replayed?: boolean };
+      }
     }
     const a = await fn(tx);
     if (key !== undefined)
-      await storeIdempotentAnswer(tx, tenantId, key, { status: a.status, body: a.body ?? null });
+      await storeIdempotentAnswer(tx, tenantId, key, { status: a.status, body: a.stored ?? a.body ?? null });
     return a as Answer & { replayed?: boolean };
   });
   if (answer.replayed) res.setHeader('Idempotent-Replayed', 'true');

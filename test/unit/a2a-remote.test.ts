@@ -528,3 +528,29 @@ describe('classifyRemoteError', () => {
     expect(INTERRUPTED_STATES).toEqual(['TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED']);
   });
 });
+
+describe('SCRATCH', () => {
+  test('observe', async () => {
+    const out: unknown[] = [];
+    const a = await startTestAgent({ tls });
+    await a.close();
+    out.push(['down', await connectRemoteAgent({ http, agentUrl: a.url }).getTask('t')]);
+    for (const transport of ['JSONRPC', 'HTTP+JSON'] as const) {
+      const b = await agent({ transport, requireBearer: TOKEN });
+      const rem = connectRemoteAgent({ http, agentUrl: b.url, bearerToken: TOKEN });
+      out.push([transport, 'notfound', await rem.getTask('zzz')]);
+      const c = await agent({ transport, pushNotifications: false });
+      const rc = connectRemoteAgent({ http, agentUrl: c.url });
+      c.setState('t', 'TASK_STATE_WORKING');
+      out.push([transport, 'del-nopush', await rc.deletePushConfig('t', 'x')]);
+      out.push(c.calls.map((x) => [x.method, x.path, x.rpcMethod]));
+    }
+    const r = await receiver((req) => ({ status: 200, body: JSON.stringify(req.headers) }));
+    const b = await agent();
+    b.setState('task-1', 'TASK_STATE_COMPLETED');
+    await connectRemoteAgent({ http, agentUrl: b.url }).createPushConfig('task-1', { id: 'r', url: r.url + '/p', credentials: 'cc' });
+    await b.push('task-1');
+    out.push(r.requests[0]?.headers, r.requests[0]?.body.toString());
+    console.log(JSON.stringify(out, null, 1));
+  });
+});

@@ -10,6 +10,8 @@ import { deliveryRoutes } from './deliveries';
 import { eventRoutes } from './events';
 import type { FeedNotifier } from './feed-notifier';
 import { registrationRoutes } from './registrations';
+import { auditRoutes } from './audit';
+import { openApiDocument } from './openapi';
 import { Problem, sendProblem } from './problem';
 
 export interface Probe {
@@ -100,6 +102,11 @@ export function createApiApp(deps: ApiDeps & { feed: FeedNotifier }, registry: R
   app.use(requestLogger(deps));
   app.use(opsRoutes(registry, ready));
 
+  const openapi = openApiDocument();
+  app.get('/v1/openapi.json', (_req, res) => {
+    res.json(openapi);
+  });
+
   // Authentication comes first on /v1, before the route is matched (unknown routes answer 401 too).
   app.use('/v1', (req, res, next) => {
     if (req.path === '/openapi.json') return next();
@@ -131,6 +138,7 @@ export function createApiApp(deps: ApiDeps & { feed: FeedNotifier }, registry: R
   app.use(eventRoutes(deps));
   app.use(deliveryRoutes(deps));
   app.use(registrationRoutes(deps));
+  app.use(auditRoutes(deps));
 
   app.use((req, res) => sendProblem(res, new Problem('not_found', `no route ${req.method} ${req.path}`)));
   app.use(errorHandler(deps.logger));

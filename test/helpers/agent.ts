@@ -127,11 +127,18 @@ function installTrustingFetch(caPem: string): void {
   trust.original = globalThis.fetch;
   const patched = async (input: string | URL | globalThis.Request, init?: RequestInit): Promise<Response> => {
     const url = typeof input === 'string' ? input : input instanceof URL ? input.href : input.url;
+    // undici's fetch takes no Request of Node's bundled fetch: carry one over as plain init fields.
+    const fromRequest: Record<string, unknown> =
+      input instanceof globalThis.Request
+        ? { method: input.method, headers: [...input.headers], body: input.body, duplex: 'half' }
+        : {};
+    const options = {
+      ...fromRequest,
+      ...(init as Record<string, unknown>),
+      dispatcher: trustingDispatcher(),
+    };
     try {
-      const res = (await undiciFetch(url, {
-        ...(init as Record<string, unknown>),
-        dispatcher: trustingDispatcher(),
-      })) as unknown as globalThis.Response;
+      const res = await undiciFetch(url, options as Parameters<typeof undiciFetch>[1]);
       for (const observe of trust.observers) observe(url, res.status);
       return res as unknown as Response;
     } catch (err) {

@@ -385,5 +385,7 @@ describe('ops endpoints need no key', () => {
     const m = await (await fetch(`${stack.apiUrl}/metrics`)).text();
     expect(m).toContain('a2a_push_event_writes_total');
     expect(m).toContain('a2a_push_guard_refusals_total');
+    const doc = await json(fetch(`${stack.apiUrl}/v1/openapi.json`));
+    expect(doc.openapi).toBe('3.1.0');
   });
 });

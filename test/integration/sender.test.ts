@@ -9,6 +9,7 @@ import {
   writeEvent,
   type Stack,
   json,
+  type Json,
 } from '../helpers/harness';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 import { makeDeliveryWorkflowId } from '../../src/ids';
@@ -117,8 +118,12 @@ describe('sender end to end (dev server, HTTP API)', () => {
       expect(Date.now() - t0).toBeLessThan(10_000);
       expect(r.requests).toHaveLength(1);
       // The workflow ended too.
-      const desc = await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).describe();
-      expect(desc.status.name).toBe('COMPLETED');
+      const handle = temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id));
+      await eventually(
+        () => handle.describe().then((d) => d.status.name),
+        (st) => st === 'COMPLETED',
+        5_000,
+      );
     } finally {
       await slow.close();
       await r.close();
@@ -231,5 +236,20 @@ describe('sender end to end (dev server, HTTP API)', () => {
         after: 'auth_failed (http_401)',
       },
     ]);
+    // The same rows through GET /v1/audit, paged by cursor.
+    const seen: Json[] = [];
+    let after = '0';
+    for (;;) {
+      const page = await json(stack.api(`/v1/audit?after=${after}&limit=2`));
+      seen.push(...page.items);
+      if (page.items.length === 0) break;
+      after = page.nextCursor;
+    }
+    const mine = seen.filter((a) => a.objectId === 'task-401/x');
+    expect(mine.map((a) => [a.action, a.before, a.after])).toEqual([
+      ['push_config.created', undefined, 'active'],
+      ['push_config.status_changed', 'active', 'auth_failed (http_401)'],
+    ]);
+    expect(JSON.stringify(seen)).not.toContain('cred-e2e-secret');
   });
 });

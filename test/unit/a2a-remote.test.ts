@@ -126,6 +126,7 @@ describe.each(['JSONRPC', 'HTTP+JSON'] as const)('over %s', (transport) => {
       await remote.createPushConfig('task-1', { id: 'c', url: 'https://127.0.0.1:1/x', credentials: 's' }),
     ];
     for (const r of results) expect(r).toEqual({ ok: false, failure: { kind: 'auth_failed', status: 401 } });
+    expect(JSON.stringify(results)).not.toContain('wrong-token');
     // The card answered 401, so no client exists and every call re-reads the card.
     expect(a.calls.map((c) => c.kind)).toEqual(['card', 'card', 'card']);
   });
@@ -299,6 +300,25 @@ describe('any binding', () => {
       failure: { kind: 'guard_refused', rule: 'scheme' },
     });
     expect(r.requests.map((q) => q.path)).toEqual(['/.well-known/agent-card.json']);
+  });
+
+  test('concurrent first calls share one card read', async () => {
+    const a = await agent();
+    a.setState('t', 'TASK_STATE_WORKING');
+    const remote = connectRemoteAgent({ http, agentUrl: a.url, bearerToken: TOKEN });
+    const [one, two, card] = await Promise.all([remote.getTask('t'), remote.getTask('t'), remote.card()]);
+    expect([one.ok, two.ok, card.ok]).toEqual([true, true, true]);
+    expect(a.calls.filter((c) => c.kind === 'card')).toHaveLength(1);
+  });
+
+  test('an agent that does not answer in time is transient (timeout)', async () => {
+    const r = await receiver(() => ({ hang: true }));
+    const quick = createOutboundClient({ policy: loopback, ca: tls.caPem, fetchTimeoutMs: 300 });
+    open.push(quick);
+    await expect(connectRemoteAgent({ http: quick, agentUrl: r.url }).card()).resolves.toEqual({
+      ok: false,
+      failure: { kind: 'transient', detail: expect.stringMatching(/^timeout/) },
+    });
   });
 
   test('an agent that is down is transient', async () => {
@@ -526,31 +546,5 @@ describe('classifyRemoteError', () => {
       'TASK_STATE_REJECTED',
     ]);
     expect(INTERRUPTED_STATES).toEqual(['TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED']);
-  });
-});
-
-describe('SCRATCH', () => {
-  test('observe', async () => {
-    const out: unknown[] = [];
-    const a = await startTestAgent({ tls });
-    await a.close();
-    out.push(['down', await connectRemoteAgent({ http, agentUrl: a.url }).getTask('t')]);
-    for (const transport of ['JSONRPC', 'HTTP+JSON'] as const) {
-      const b = await agent({ transport, requireBearer: TOKEN });
-      const rem = connectRemoteAgent({ http, agentUrl: b.url, bearerToken: TOKEN });
-      out.push([transport, 'notfound', await rem.getTask('zzz')]);
-      const c = await agent({ transport, pushNotifications: false });
-      const rc = connectRemoteAgent({ http, agentUrl: c.url });
-      c.setState('t', 'TASK_STATE_WORKING');
-      out.push([transport, 'del-nopush', await rc.deletePushConfig('t', 'x')]);
-      out.push(c.calls.map((x) => [x.method, x.path, x.rpcMethod]));
-    }
-    const r = await receiver((req) => ({ status: 200, body: JSON.stringify(req.headers) }));
-    const b = await agent();
-    b.setState('task-1', 'TASK_STATE_COMPLETED');
-    await connectRemoteAgent({ http, agentUrl: b.url }).createPushConfig('task-1', { id: 'r', url: r.url + '/p', credentials: 'cc' });
-    await b.push('task-1');
-    out.push(r.requests[0]?.headers, r.requests[0]?.body.toString());
-    console.log(JSON.stringify(out, null, 1));
   });
 });

@@ -1,0 +1,199 @@
+import crypto from 'node:crypto';
+import { connectDevServer, json, startStack, type Json, type Stack } from '../helpers/harness';
+import { makeTestTls } from '../helpers/tls';
+import { Agent, fetch as undiciFetch } from 'undici';
+
+jest.setTimeout(60_000);
+
+let temporal: Awaited<ReturnType<typeof connectDevServer>>;
+let stack: Stack;
+const tlsAgent = new Agent({ connect: { ca: makeTestTls().caPem } });
+// The agent URL is never called in these tests: no remote task id is posted.
+const AGENT = 'https://127.0.0.1:9';
+
+beforeAll(async () => {
+  temporal = await connectDevServer();
+  stack = await startStack(temporal, `inbox-it-${crypto.randomBytes(4).toString('hex')}`, {
+    env: { INBOX_BOUND_PER_REGISTRATION: '3', INBOX_BOUND_TOTAL: '5' },
+  });
+});
+afterAll(async () => {
+  await stack?.close();
+  await temporal?.close();
+  await tlsAgent.close();
+});
+
+async function embedded(): Promise<{ id: string; url: string; credential: string; reg: Json }> {
+  const res = await stack.api('/v1/registrations', {
+    method: 'POST',
+    json: { mode: 'embedded', agent: { url: AGENT } },
+  });
+  expect(res.status).toBe(201);
+  const reg: Json = await res.json();
+  return {
+    id: reg.id,
+    url: reg.pushNotificationConfig.url,
+    credential: reg.pushNotificationConfig.authentication.credentials,
+    reg,
+  };
+}
+
+const callback = (url: string, init: { headers?: Record<string, string>; body?: string } = {}) =>
+  undiciFetch(url, {
+    method: 'POST',
+    dispatcher: tlsAgent,
+    headers: { 'content-type': 'application/json', ...init.headers },
+    body:
+      init.body ??
+      JSON.stringify({ statusUpdate: { taskId: 'remote-1', status: { state: 'TASK_STATE_WORKING' } } }),
+  });
+
+const rows = async (id?: string) =>
+  Number(
+    (
+      await stack.tdb.db.query(
+        `SELECT count(*) AS n FROM inbox_callbacks ${id ? 'WHERE registration_id = $1' : ''}`,
+        id ? [id] : [],
+      )
+    ).rows[0].n,
+  );
+
+describe('inbox authentication', () => {
+  it('the embedded registration hands out the callback URL and a credential once; GET never shows it', async () => {
+    const e = await embedded();
+    expect(e.reg).toMatchObject({
+      mode: 'embedded',
+      status: 'pending',
+      pushEnabled: true,
+      callbacks: { received: 0, pending: 0, late: 0 },
+    });
+    expect(e.url).toBe(`${stack.inboxUrl}/a2a/push/${e.id}`);
+    expect(e.reg.pushNotificationConfig).toMatchObject({ id: e.id, authentication: { scheme: 'Bearer' } });
+    expect(Buffer.from(e.credential, 'base64url')).toHaveLength(32);
+    const got = await json(stack.api(`/v1/registrations/${e.id}`));
+    expect(JSON.stringify(got)).not.toContain(e.credential);
+    const stored = await stack.tdb.db.query('SELECT callback_hash FROM registrations WHERE id = $1', [e.id]);
+    expect(stored.rows[0].callback_hash).toEqual(crypto.createHash('sha256').update(e.credential).digest());
+  });
+
+  it('no header, wrong scheme, wrong credential, another registration’s credential, only the token header: 401, nothing stored', async () => {
+    const a = await embedded();
+    const b = await embedded();
+    const before = await rows();
+    const cases: Array<Record<string, string>> = [
+      {},
+      { authorization: `Basic ${a.credential}` },
+      { authorization: 'Bearer wrong' },
+      { authorization: `Bearer ${b.credential}` },
+      { 'x-a2a-notification-token': a.credential },
+      { authorization: `Bearer ${a.credential}x` },
+    ];
+    for (const headers of cases) {
+      const res = await callback(a.url, { headers });
+      expect(res.status).toBe(401);
+      expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      expect(res.headers.get('www-authenticate')).toMatch(/^Bearer/);
+    }
+    expect(await rows()).toBe(before);
+    const reg = await json(stack.api(`/v1/registrations/${a.id}`));
+    expect(reg.callbacks).toEqual({ received: 0, pending: 0, late: 0 });
+  });
+
+  it('an unknown registration answers exactly like a wrong credential', async () => {
+    const unknown = await callback(`${stack.inboxUrl}/a2a/push/${crypto.randomUUID()}`, {
+      headers: { authorization: 'Bearer x' },
+    });
+    const malformed = await callback(`${stack.inboxUrl}/a2a/push/not-a-uuid`, {
+      headers: { authorization: 'Bearer x' },
+    });
+    const a = await embedded();
+    const wrong = await callback(a.url, { headers: { authorization: 'Bearer x' } });
+    const bodies = await Promise.all([unknown, malformed, wrong].map((r) => r.json()));
+    expect([unknown.status, malformed.status, wrong.status]).toEqual([401, 401, 401]);
+    expect(bodies[0]).toEqual(bodies[2]);
+    expect(bodies[1]).toEqual(bodies[2]);
+  });
+
+  it('the right Bearer with a wrong X-A2A-Notification-Token is accepted and stored before the 200', async () => {
+    const a = await embedded();
+    const res = await callback(a.url, {
+      headers: { authorization: `Bearer ${a.credential}`, 'x-a2a-notification-token': 'wrong' },
+    });
+    expect(res.status).toBe(200);
+    expect(await rows(a.id)).toBe(1);
+    const reg = await json(stack.api(`/v1/registrations/${a.id}`));
+    expect(reg.callbacks).toEqual({ received: 1, pending: 1, late: 0 });
+    const row = await stack.tdb.db.query(
+      'SELECT body_task_id, kind FROM inbox_callbacks WHERE registration_id = $1',
+      [a.id],
+    );
+    expect(row.rows).toEqual([{ body_task_id: 'remote-1', kind: 'statusUpdate' }]);
+  });
+});
+
+describe('inbox checks after authentication', () => {
+  it('413 over 1 MiB, 415 for non-JSON, 400 for non-StreamResponse: problem+json, nothing stored', async () => {
+    const a = await embedded();
+    const auth = { authorization: `Bearer ${a.credential}` };
+    const big = await callback(a.url, {
+      headers: auth,
+      body: JSON.stringify({ task: { x: 'a'.repeat(1024 * 1024) } }),
+    });
+    expect(big.status).toBe(413);
+    const text = await callback(a.url, { headers: { ...auth, 'content-type': 'text/plain' }, body: '{}' });
+    expect(text.status).toBe(415);
+    const notJson = await callback(a.url, { headers: auth, body: '{"task":' });
+    expect(notJson.status).toBe(400);
+    for (const body of ['{}', '{"task":{},"message":{}}', '{"result":{}}', '[]', '{"task":"x"}']) {
+      const r = await callback(a.url, { headers: auth, body });
+      expect(r.status).toBe(400);
+      expect((await json(r as unknown as Response)).type).toBe('urn:a2a-push:problem:validation');
+    }
+    expect(await rows(a.id)).toBe(0);
+    const ok = await callback(a.url, {
+      headers: { ...auth, 'content-type': 'application/a2a+json' },
+      body: '{"task":{"id":"r"}}',
+    });
+    expect(ok.status).toBe(200);
+  });
+
+  it('over the per-registration bound: 429 with Retry-After, nothing stored; the total bound holds across registrations', async () => {
+    // Bounds for this stack: 3 per registration, 5 in total (other tests' rows count too, so measure).
+    await stack.tdb.db.query('UPDATE inbox_callbacks SET processed_at = now()');
+    const a = await embedded();
+    const auth = { authorization: `Bearer ${a.credential}` };
+    const answers: number[] = [];
+    for (let i = 0; i < 5; i++) answers.push((await callback(a.url, { headers: auth })).status);
+    expect(answers).toEqual([200, 200, 200, 429, 429]);
+    const limited = await callback(a.url, { headers: auth });
+    expect(limited.status).toBe(429);
+    expect(limited.headers.get('retry-after')).toBe('5');
+    expect(((await limited.json()) as Json).type).toBe('urn:a2a-push:problem:rate_limited');
+    expect(await rows(a.id)).toBe(3);
+
+    const b = await embedded();
+    const authB = { authorization: `Bearer ${b.credential}` };
+    const bAnswers: number[] = [];
+    for (let i = 0; i < 3; i++) bAnswers.push((await callback(b.url, { headers: authB })).status);
+    expect(bAnswers).toEqual([200, 200, 429]);
+    const unprocessed = await stack.tdb.db.query(
+      'SELECT count(*)::int AS n FROM inbox_callbacks WHERE processed_at IS NULL',
+    );
+    expect(unprocessed.rows[0].n).toBe(5);
+    const reg = await json(stack.api(`/v1/registrations/${a.id}`));
+    expect(reg.callbacks).toEqual({ received: 3, pending: 3, late: 0 });
+  });
+
+  it('a deleted registration answers 200 to its own credential and only counts it: no row', async () => {
+    const a = await embedded();
+    expect((await stack.api(`/v1/registrations/${a.id}`, { method: 'DELETE' })).status).toBe(204);
+    const before = await rows(a.id);
+    const res = await callback(a.url, { headers: { authorization: `Bearer ${a.credential}` } });
+    expect(res.status).toBe(200);
+    expect(await rows(a.id)).toBe(before);
+    const reg = await json(stack.api(`/v1/registrations/${a.id}`));
+    expect(reg).toMatchObject({ status: 'deleted', callbacks: { received: 1, pending: 0, late: 1 } });
+    // Its wrong credential still looks like any other.
+    expect((await callback(a.url, { headers: { authorization: 'Bearer nope' } })).status).toBe(401);
+  });
+});

@@ -1,0 +1,241 @@
+import crypto from 'node:crypto';
+import { SendMessageRequest } from '@a2a-js/sdk';
+import { ClientFactory } from '@a2a-js/sdk/client';
+import { startTestAgent, type TestAgent } from '../helpers/agent';
+import { connectDevServer, eventually, json, startStack, type Json, type Stack } from '../helpers/harness';
+
+jest.setTimeout(60_000);
+
+let temporal: Awaited<ReturnType<typeof connectDevServer>>;
+let stack: Stack;
+
+beforeAll(async () => {
+  temporal = await connectDevServer();
+  stack = await startStack(temporal, `receiver-it-${crypto.randomBytes(4).toString('hex')}`, { env: {} });
+});
+afterAll(async () => {
+  await stack?.close();
+  await temporal?.close();
+});
+
+async function register(body: Record<string, unknown>): Promise<Json> {
+  const res = await stack.api('/v1/registrations', { method: 'POST', json: body });
+  const b: Json = await res.json();
+  if (res.status !== 201) throw new Error(`register: ${res.status} ${JSON.stringify(b)}`);
+  return b;
+}
+
+const significant = (agent: TestAgent) => agent.calls.filter((c) => c.kind !== 'card').map((c) => c.kind);
+
+describe.each(['JSONRPC', 'HTTP+JSON'] as const)(
+  'both registration orders end to end (dev server, agent over %s)',
+  (transport) => {
+    let agent: TestAgent;
+    beforeAll(async () => {
+      agent = await startTestAgent({ transport });
+    });
+    afterAll(async () => {
+      await agent?.close();
+    });
+
+    it('separate: the agent sees CreateTaskPushNotificationConfig, then GetTask; its push resolves the registration once', async () => {
+      const task = `sep-${transport}`;
+      agent.setState(task, 'TASK_STATE_WORKING');
+      const reg = await register({
+        mode: 'separate',
+        remoteTaskId: task,
+        agent: { url: agent.url, bearerToken: 'tok' },
+      });
+      const start = agent.calls.length;
+      await eventually(
+        async () => agent.calls.slice(start).filter((c) => c.kind === 'getTask').length,
+        (n) => n >= 1,
+      );
+      expect(significant({ ...agent, calls: agent.calls.slice(start) }).slice(0, 2)).toEqual([
+        'createPushConfig',
+        'getTask',
+      ]);
+      const cursor = (await json(stack.api('/v1/resolutions?after=0&limit=1000'))).nextCursor;
+      // A long-poll started before the resolution returns as soon as it arrives.
+      const t0 = Date.now();
+      const waiting = json(stack.api(`/v1/resolutions?after=${cursor}&wait=20`));
+      agent.setState(task, 'TASK_STATE_COMPLETED');
+      await agent.push(task);
+      const page = await waiting;
+      expect(Date.now() - t0).toBeLessThan(15_000);
+      expect(page.items).toEqual([
+        expect.objectContaining({
+          registrationId: reg.id,
+          remoteTaskId: task,
+          kind: 'state',
+          state: 'TASK_STATE_COMPLETED',
+          terminal: true,
+        }),
+      ]);
+      expect(page.nextCursor).toBe(page.items[0].cursor);
+      const g = await eventually(
+        () => json(stack.api(`/v1/registrations/${reg.id}`)),
+        (x) => x.status === 'resolved',
+      );
+      expect(g.remoteState).toBe('TASK_STATE_COMPLETED');
+      // Another push after resolution is late: counted, no second item.
+      await agent.push(task);
+      await eventually(
+        () => json(stack.api(`/v1/registrations/${reg.id}`)),
+        (x) => x.callbacks.late === 1,
+      );
+      const all = (await json(stack.api('/v1/resolutions?after=0&limit=1000'))).items as Json[];
+      expect(all.filter((i) => i.registrationId === reg.id)).toHaveLength(1);
+    });
+
+    it('embedded: nr-llm sends the config inside SendMessage; the agent pushes; /remote-task; GetTask closes the gap', async () => {
+      const reg = await register({ mode: 'embedded', agent: { url: agent.url } });
+      const cfg = reg.pushNotificationConfig;
+      const start = agent.calls.length;
+      // As nr-llm does: SendMessageConfiguration.taskPushNotificationConfig carries our config.
+      const client = await new ClientFactory().createFromUrl(agent.url);
+      const sent = (await client.sendMessage(
+        SendMessageRequest.fromJSON({
+          message: { messageId: crypto.randomUUID(), role: 'ROLE_USER', parts: [{ text: 'hello' }] },
+          configuration: {
+            taskPushNotificationConfig: { id: cfg.id, url: cfg.url, authentication: cfg.authentication },
+          },
+        }),
+      )) as { id?: string };
+      const taskId = sent.id!;
+      expect(taskId).toBeTruthy();
+      // The agent's own sender pushed WORKING to our inbox at once; it is kept against the pending registration.
+      const pending = await eventually(
+        () => json(stack.api(`/v1/registrations/${reg.id}`)),
+        (x) => x.callbacks.received >= 1,
+      );
+      expect(pending.status).toBe('pending');
+      const posted = await stack.api(`/v1/registrations/${reg.id}/remote-task`, {
+        method: 'POST',
+        json: { remoteTaskId: taskId },
+      });
+      expect(posted.status).toBe(200);
+      await eventually(
+        async () => agent.calls.slice(start).filter((c) => c.kind === 'getTask').length,
+        (n) => n >= 1,
+      );
+      expect(significant({ ...agent, calls: agent.calls.slice(start) })[0]).toBe('sendMessage');
+      const active = await eventually(
+        () => json(stack.api(`/v1/registrations/${reg.id}`)),
+        (x) => x.remoteState === 'TASK_STATE_WORKING',
+      );
+      expect(active).toMatchObject({ status: 'active', remoteTaskId: taskId, callbacks: { pending: 0 } });
+      agent.setState(taskId, 'TASK_STATE_COMPLETED');
+      await agent.push(taskId);
+      const done = await eventually(
+        () => json(stack.api(`/v1/registrations/${reg.id}`)),
+        (x) => x.status === 'resolved',
+      );
+      expect(done.remoteState).toBe('TASK_STATE_COMPLETED');
+    });
+  },
+);
+
+describe('the resolutions feed', () => {
+  it('pages with stable cursors; each resolution appears exactly once across pages; bad parameters are 400', async () => {
+    const agent = await startTestAgent();
+    try {
+      const ids: string[] = [];
+      for (let i = 0; i < 5; i++) {
+        agent.setState(`feed-${i}`, 'TASK_STATE_COMPLETED');
+        ids.push(
+          (await register({ mode: 'separate', remoteTaskId: `feed-${i}`, agent: { url: agent.url } })).id,
+        );
+      }
+      const regs = new Set(ids);
+      const collect = async () => {
+        const seen: Json[] = [];
+        let after = '0';
+        for (;;) {
+          const page = await json(stack.api(`/v1/resolutions?after=${after}&limit=2`));
+          if (page.items.length === 0) {
+            expect(page.nextCursor).toBe(after);
+            break;
+          }
+          seen.push(...page.items);
+          after = page.nextCursor;
+        }
+        return seen.filter((i) => regs.has(i.registrationId));
+      };
+      const first = await eventually(collect, (s) => s.length === 5);
+      expect(new Set(first.map((i) => i.registrationId)).size).toBe(5);
+      const again = await collect();
+      expect(again.map((i) => i.cursor)).toEqual(first.map((i) => i.cursor));
+      const cursors = first.map((i) => Number(i.cursor));
+      expect([...cursors].sort((a, b) => a - b)).toEqual(cursors);
+      for (const q of ['limit=0', 'limit=1001', 'wait=31', 'wait=-1', 'after=x'])
+        expect((await stack.api(`/v1/resolutions?${q}`)).status).toBe(400);
+    } finally {
+      await agent.close();
+    }
+  });
+
+  it('wait returns empty with nextCursor = after when nothing arrives', async () => {
+    const last = (await json(stack.api('/v1/resolutions?after=0&limit=1000'))).nextCursor;
+    const t0 = Date.now();
+    const page = await json(stack.api(`/v1/resolutions?after=${last}&wait=1`));
+    expect(page).toEqual({ items: [], nextCursor: last });
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(900);
+  });
+
+  it('registration validation: separate needs remoteTaskId, embedded refuses it, agent.url passes the guard', async () => {
+    const bad = async (body: unknown, path: string) => {
+      const res = await stack.api('/v1/registrations', { method: 'POST', json: body });
+      expect(res.status).toBe(400);
+      const p: Json = await res.json();
+      expect(p.errors.map((e: Json) => e.path)).toContain(path);
+      return p;
+    };
+    await bad({ mode: 'separate', agent: { url: 'https://agent.example.com' } }, 'remoteTaskId');
+    await bad(
+      { mode: 'embedded', remoteTaskId: 'x', agent: { url: 'https://agent.example.com' } },
+      'remoteTaskId',
+    );
+    await bad({ mode: 'other', agent: { url: 'https://agent.example.com' } }, 'mode');
+    const g = await bad({ mode: 'embedded', agent: { url: 'https://169.254.169.254/' } }, 'agent.url');
+    expect(g).toMatchObject({ type: 'urn:a2a-push:problem:guard_refused', rule: 'private_address' });
+    expect((await stack.api(`/v1/registrations/${crypto.randomUUID()}`)).status).toBe(404);
+    expect((await stack.api(`/v1/registrations/${crypto.randomUUID()}`, { method: 'DELETE' })).status).toBe(
+      204,
+    );
+  });
+
+  it('an Idempotency-Key repeat of a pending embedded registration makes a fresh credential; the old one stops working', async () => {
+    const key = crypto.randomUUID();
+    const send = () =>
+      stack.api('/v1/registrations', {
+        method: 'POST',
+        json: { mode: 'embedded', agent: { url: 'https://agent.example.com' } },
+        headers: { 'idempotency-key': key },
+      });
+    const a: Json = await (await send()).json();
+    const b: Json = await (await send()).json();
+    expect(b.id).toBe(a.id);
+    const ca = a.pushNotificationConfig.authentication.credentials;
+    const cb = b.pushNotificationConfig.authentication.credentials;
+    expect(cb).not.toBe(ca);
+    expect(cb).not.toBe('********');
+    const stored = await stack.tdb.db.query(
+      'SELECT response_body::text AS t FROM idempotency_keys WHERE key = $1',
+      [key],
+    );
+    expect(stored.rows[0].t).not.toContain(ca);
+    expect(stored.rows[0].t).not.toContain(cb);
+    const hash = (await stack.tdb.db.query('SELECT callback_hash FROM registrations WHERE id = $1', [a.id]))
+      .rows[0].callback_hash;
+    expect(hash).toEqual(crypto.createHash('sha256').update(cb).digest());
+    // Once the remote task id is known, a repeat shows the credential masked.
+    await stack.api(`/v1/registrations/${a.id}/remote-task`, {
+      method: 'POST',
+      json: { remoteTaskId: 'rt' },
+    });
+    const c: Json = await (await send()).json();
+    expect(c.pushNotificationConfig.authentication.credentials).toBe('********');
+    await stack.api(`/v1/registrations/${a.id}`, { method: 'DELETE' });
+  });
+});

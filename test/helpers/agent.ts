@@ -92,6 +92,8 @@ export interface TestAgentOptions {
   /** when set, every request without `Authorization: Bearer <it>` is answered 401 */
   requireBearer?: string;
   tls?: TestTls;
+  /** default: a free port */
+  port?: number;
 }
 
 const JSONRPC_PATH = '/a2a/jsonrpc';
@@ -245,7 +247,7 @@ export async function startTestAgent(o: TestAgentOptions = {}): Promise<TestAgen
   server.on('tlsClientError', () => undefined);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
+    server.listen(o.port ?? 0, '127.0.0.1', () => {
       server.off('error', reject);
       resolve();
     });

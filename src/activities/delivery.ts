@@ -23,6 +23,8 @@ export interface AttemptInput {
 export interface AttemptOutput {
   /** The job's status after this call. */
   status: JobStatus;
+  /** DELIVERY_MAX_ATTEMPTS, for the operator's view of the plan ("attempt 3 of 8"). */
+  maxAttempts?: number;
   /** Attempts used so far. */
   attempts: number;
   /** Present when an attempt was made (or found interrupted) in this call. */
@@ -205,6 +207,10 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
    * (Postgres, unsealing): Temporal retries that, and no attempt is used.
    */
   async function attemptDelivery(input: AttemptInput): Promise<AttemptOutput> {
+    return { ...(await attemptOnce(input)), maxAttempts: deps.retry.maxAttempts };
+  }
+
+  async function attemptOnce(input: AttemptInput): Promise<AttemptOutput> {
     const n = input.attempt;
     const ctx = await loadAttemptContext(input.jobId, n);
     if (!ctx) return { status: 'cancelled', attempts: 0, reason: 'config_deleted' };

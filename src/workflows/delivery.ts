@@ -37,16 +37,16 @@ export async function deliveryWorkflow({ jobId }: DeliveryInput): Promise<Delive
   setHandler(deliveryStatusQuery, () => state);
 
   let attempt = 1;
+  let maxAttempts: number | undefined;
   let lastStatus = 'queued';
   for (;;) {
     // A wake that arrives while the attempt runs is kept: the next wait then ends at once.
     woken = false;
-    const r: AttemptOutput = await attemptDelivery({
-      jobId,
-      attempt,
-      now: Date.now(),
-      jitter: Math.random(),
-    });
+    const plan = maxAttempts ? `attempt ${attempt} of ${maxAttempts}` : `attempt ${attempt}`;
+    const r: AttemptOutput = await attemptDelivery.executeWithOptions({ summary: plan }, [
+      { jobId, attempt, now: Date.now(), jitter: Math.random() },
+    ]);
+    maxAttempts = r.maxAttempts;
     state.status = r.status;
     state.attempts = r.attempts;
     if (r.reason !== undefined) state.reason = r.reason;
@@ -63,10 +63,10 @@ export async function deliveryWorkflow({ jobId }: DeliveryInput): Promise<Delive
         ...(r.reason !== undefined ? { reason: r.reason } : {}),
       };
     }
-    setCurrentDetails(
-      `attempt ${r.attempts} ${r.reason ? `(${r.reason}) ` : ''}done, waiting ${Math.round(r.waitMs / 1000)} s for attempt ${r.attempts + 1}`,
-    );
-    if (r.waitMs > 0) await condition(() => woken, r.waitMs);
+    // What an operator reads in the Web UI: "attempt 3 of 8 (http_503), waiting 270 s".
+    const waiting = `attempt ${r.attempts} of ${maxAttempts ?? '?'}${r.reason ? ` (${r.reason})` : ''}, waiting ${Math.round(r.waitMs / 1000)} s`;
+    setCurrentDetails(`${waiting} for attempt ${r.attempts + 1}`);
+    if (r.waitMs > 0) await condition(() => woken, r.waitMs, { summary: waiting });
     attempt = r.attempts + 1;
   }
 }

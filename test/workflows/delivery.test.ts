@@ -1,6 +1,7 @@
 import { WorkflowNotFoundError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { makeDeliveryWorkflowId } from '../../src/ids';
+import { deliveryStatusQuery } from '../../src/workflows/signals';
 import type { DeliveryResult } from '../../src/workflows/delivery';
 import {
   attemptRows,
@@ -103,6 +104,25 @@ describe('delivery workflow (time-skipping)', () => {
     const [g1, g2] = gaps(s.attempts);
     expectInBand(g1!, 30_000);
     expectInBand(g2!, 90_000);
+    // What an operator reads in the Web UI: activity and timer summaries, the static summary, the query.
+    const handle = env.client.workflow.getHandle(makeDeliveryWorkflowId(s.jobId));
+    const events = (await handle.fetchHistory()).events ?? [];
+    const summaries = events
+      .filter((e) => e.activityTaskScheduledEventAttributes || e.timerStartedEventAttributes)
+      .map((e) =>
+        e.userMetadata?.summary?.data
+          ? JSON.parse(Buffer.from(e.userMetadata.summary.data).toString())
+          : undefined,
+      );
+    expect(summaries[0]).toBe('attempt 1');
+    expect(summaries[1]).toMatch(/^attempt 1 of 8 \(http_503\), waiting \d+ s$/);
+    expect(summaries[2]).toBe('attempt 2 of 8');
+    expect(summaries[4]).toBe('attempt 3 of 8');
+    const started = events.find((e) => e.workflowExecutionStartedEventAttributes);
+    expect(Buffer.from(started!.userMetadata!.summary!.data!).toString()).toContain(
+      `push task ${s.taskId} → host 127.0.0.1:`,
+    );
+    expect(await handle.query(deliveryStatusQuery)).toMatchObject({ status: 'delivered', attempts: 3 });
   });
 
   it('429 with Retry-After: 120 waits at least 120 s, then delivers', async () => {

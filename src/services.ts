@@ -12,6 +12,7 @@ import { requireSettings } from './config';
 import { createRegistry } from './metrics';
 import { createHttp, type Runtime } from './runtime';
 import { connectTemporal } from './temporal';
+import { startRetentionTimer } from './retention';
 import {
   createWorker,
   installTemporalRuntime,
@@ -31,11 +32,36 @@ const listen = (server: http.Server, port: number) =>
     server.listen(port, '0.0.0.0', () => resolve((server.address() as AddressInfo).port));
   });
 
-/** Stops accepting, lets in-flight requests finish, then closes idle keep-alive sockets. */
+const closing = new WeakSet<http.Server>();
+const openResponses = new WeakMap<http.Server, Set<http.ServerResponse>>();
+
+/**
+ * Tracks a listener's open responses so that a shutdown can end keep-alive connections: without it a
+ * client that keeps reusing one connection would keep the server (and the process) alive.
+ */
+function trackConnections<S extends http.Server>(server: S): S {
+  const open = new Set<http.ServerResponse>();
+  openResponses.set(server, open);
+  // Prepended, so it runs before the app answers.
+  server.prependListener('request', (_req: http.IncomingMessage, res: http.ServerResponse) => {
+    if (closing.has(server)) res.setHeader('Connection', 'close');
+    open.add(res);
+    res.once('close', () => open.delete(res));
+  });
+  return server;
+}
+
+/** Stops accepting, lets in-flight requests finish (each then closes its connection), closes idle sockets. */
 const closeServer = (server: http.Server) =>
   new Promise<void>((resolve) => {
+    closing.add(server);
+    for (const res of openResponses.get(server) ?? [])
+      if (!res.headersSent) res.setHeader('Connection', 'close');
     server.close(() => resolve());
     server.closeIdleConnections();
+    // Responses in flight now answer with Connection: close, then their sockets go idle and close.
+    const sweep = setInterval(() => server.closeIdleConnections(), 100);
+    server.once('close', () => clearInterval(sweep));
   });
 
 async function temporalReachable(client: ReturnType<typeof connectTemporal>['client']): Promise<boolean> {
@@ -90,18 +116,22 @@ export async function startApi(rt: Runtime): Promise<Service & { dispatcher: Dis
     ),
     temporal: await temporalReachable(client),
   }));
-  const server = http.createServer(app);
+  const server = trackConnections(http.createServer(app));
   const port = await listen(server, s.API_PORT);
   dispatcher.start();
+  const retention = startRetentionTimer(rt.db, s.RETENTION, rt.logger);
   return {
     name: 'api',
     url: `http://127.0.0.1:${port}`,
     port,
     dispatcher,
     async stop() {
-      await closeServer(server);
-      await dispatcher.stop();
+      retention.stop();
+      // Long-polls answer what they have at once, so they do not hold the shutdown up.
+      const closed = closeServer(server);
       await feed.stop();
+      await closed;
+      await dispatcher.stop();
       await connection.close().catch(() => undefined);
     },
   };
@@ -129,6 +159,7 @@ export async function startInbox(rt: Runtime): Promise<Service & { port: number 
           app,
         )
       : http.createServer(app);
+  trackConnections(server);
   const port = await listen(server, s.INBOX_PORT);
   return {
     name: 'inbox',
@@ -155,7 +186,7 @@ export async function startWorker(
     taskQueue: s.TASK_QUEUE,
     ...(source ? { source } : {}),
   });
-  const listener = startWorkerListener(rt, () => worker, s.WORKER_PORT);
+  const listener = trackConnections(startWorkerListener(rt, () => worker, s.WORKER_PORT));
   const run = worker.run();
   return {
     name: 'worker',

@@ -7,6 +7,9 @@ import { FEED_CHANNEL } from '../db/registrations';
  * One LISTEN connection per API process: feed writers NOTIFY the tenant at commit, and long-polling
  * readers wake at once. Readers also re-read on a short timer, so a lost connection only slows them.
  */
+// Not a tenant id (tenant ids match [A-Za-z0-9._~:-]).
+const STOP = ' stop';
+
 export class FeedNotifier {
   private readonly emitter = new EventEmitter();
   private client: Client | undefined;
@@ -48,23 +51,32 @@ export class FeedNotifier {
     this.retry.unref();
   }
 
-  /** Resolves on the tenant's next notification, or after ms. */
+  /** True once the process is shutting down: long-polls answer what they have. */
+  get stopping(): boolean {
+    return this.stopped;
+  }
+
+  /** Resolves on the tenant's next notification, after ms, or at shutdown. */
   wait(tenantId: string, ms: number, signal?: AbortSignal): Promise<void> {
+    if (this.stopped) return Promise.resolve();
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(t);
         this.emitter.off(tenantId, done);
+        this.emitter.off(STOP, done);
         signal?.removeEventListener('abort', done);
         resolve();
       };
       const t = setTimeout(done, ms);
       this.emitter.on(tenantId, done);
+      this.emitter.on(STOP, done);
       signal?.addEventListener('abort', done);
     });
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.emitter.emit(STOP);
     if (this.retry) clearTimeout(this.retry);
     await this.client?.end().catch(() => undefined);
   }

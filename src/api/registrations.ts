@@ -232,7 +232,7 @@ export function registrationRoutes(deps: ApiDeps & { feed: FeedNotifier }): Rout
         const aborted = new AbortController();
         res.once('close', () => aborted.abort());
         let items = await readFeed(deps.db, tenantId, q.after, q.limit);
-        while (items.length === 0 && Date.now() < until && !aborted.signal.aborted) {
+        while (items.length === 0 && Date.now() < until && !aborted.signal.aborted && !deps.feed.stopping) {
           await deps.feed.wait(tenantId, Math.min(1000, until - Date.now()), aborted.signal);
           items = await readFeed(deps.db, tenantId, q.after, q.limit);
         }

@@ -226,6 +226,7 @@ interface DnsRun {
 let temporal: Awaited<ReturnType<typeof connectDevServer>>;
 const stacks = new Map<string, Stack>();
 const dnsRuns = new Map<number, DnsRun>();
+const listeners: Listener[] = [];
 let control: { stack: Stack; receiver: Receiver; jobId: string; taskId: string } | undefined;
 const queue = `guard-api-${crypto.randomBytes(4).toString('hex')}`;
 
@@ -265,17 +266,20 @@ beforeAll(async () => {
   // harness, 127.0.0.0/8, is overridden: an absent allow/deny is the empty list).
   const policies = new Map<string, Policy>();
   for (const c of [...REFUSED, ...ALLOWED, CONTROL_POLICY]) policies.set(policyKey(policyOf(c)), policyOf(c));
+  // Started together (a stack takes about a second); each is kept as soon as it is up, so that
+  // afterAll closes it even if another fails to start.
   let n = 0;
-  const entries = [...policies.entries()];
-  const started = await Promise.all(
-    entries.map(([, p]) =>
-      startStack(temporal, `${queue}-${n++}`, {
+  const results = await Promise.allSettled(
+    [...policies].map(async ([key, p]) => {
+      const stack = await startStack(temporal, `${queue}-${n++}`, {
         env: { OUTBOUND_ALLOW_CIDRS: p.allow, OUTBOUND_DENY_CIDRS: p.deny },
         resolver,
-      }),
-    ),
+      });
+      stacks.set(key, stack);
+    }),
   );
-  entries.forEach(([key], k) => stacks.set(key, started[k]!));
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
 
   // The dns cases: all started now, so that their deliveries run concurrently; each test then
   // awaits its own.
@@ -283,6 +287,7 @@ beforeAll(async () => {
     refusedDns.map(async ({ c, i }) => {
       const stack = stackFor(c);
       const listener = await countingListener(c.answers ?? []);
+      listeners.push(listener);
       const url = deliveryUrl(c, i, listener.port);
       const host = norm(new URL(url).hostname);
       answersByHost.set(host, c.answers ?? []);
@@ -306,7 +311,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await Promise.all([...stacks.values()].map((s) => s.close()));
-  await Promise.all([...dnsRuns.values()].map((r) => r.listener.close()));
+  await Promise.all(listeners.map((l) => l.close()));
   await control?.receiver.close();
   await temporal?.close();
   net.Socket.prototype.connect = realConnect;

@@ -1,13 +1,16 @@
 import crypto from 'node:crypto';
 import { SendMessageRequest } from '@a2a-js/sdk';
 import { ClientFactory } from '@a2a-js/sdk/client';
+import { Agent, fetch as undiciFetch } from 'undici';
 import { startTestAgent, type TestAgent } from '../helpers/agent';
+import { makeTestTls } from '../helpers/tls';
 import { connectDevServer, eventually, json, startStack, type Json, type Stack } from '../helpers/harness';
 
 jest.setTimeout(60_000);
 
 let temporal: Awaited<ReturnType<typeof connectDevServer>>;
 let stack: Stack;
+const tlsAgent = new Agent({ connect: { ca: makeTestTls().caPem } });
 
 beforeAll(async () => {
   temporal = await connectDevServer();
@@ -16,6 +19,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await stack?.close();
   await temporal?.close();
+  await tlsAgent.close();
 });
 
 async function register(body: Record<string, unknown>): Promise<Json> {
@@ -55,6 +59,7 @@ describe.each(['JSONRPC', 'HTTP+JSON'] as const)(
         'createPushConfig',
         'getTask',
       ]);
+      const credential = agent.pushConfigs(task)[0]!.authentication!.credentials;
       const cursor = (await json(stack.api('/v1/resolutions?after=0&limit=1000'))).nextCursor;
       // A long-poll started before the resolution returns as soon as it arrives.
       const t0 = Date.now();
@@ -78,12 +83,22 @@ describe.each(['JSONRPC', 'HTTP+JSON'] as const)(
         (x) => x.status === 'resolved',
       );
       expect(g.remoteState).toBe('TASK_STATE_COMPLETED');
-      // Another push after resolution is late: counted, no second item.
-      await agent.push(task);
+      // The remote config is deleted at resolution; a callback that still arrives is late: 200, counted, no effect.
       await eventually(
-        () => json(stack.api(`/v1/registrations/${reg.id}`)),
-        (x) => x.callbacks.late === 1,
+        async () => agent.pushConfigs(task).length,
+        (n) => n === 0,
       );
+      const late = await undiciFetch(`${stack.inboxUrl}/a2a/push/${reg.id}`, {
+        method: 'POST',
+        dispatcher: tlsAgent,
+        headers: { authorization: `Bearer ${credential}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ task: { id: task } }),
+      });
+      expect(late.status).toBe(200);
+      expect((await json(stack.api(`/v1/registrations/${reg.id}`))).callbacks).toMatchObject({
+        late: 1,
+        pending: 0,
+      });
       const all = (await json(stack.api('/v1/resolutions?after=0&limit=1000'))).items as Json[];
       expect(all.filter((i) => i.registrationId === reg.id)).toHaveLength(1);
     });

@@ -37,6 +37,8 @@ export async function startDevServer(o: {
   uiPort?: number;
   dbFile?: string;
   log?: (line: string) => void;
+  /** Dynamic config values (`key=value`), e.g. a low continue-as-new suggestion for tests. */
+  dynamicConfig?: string[];
 }): Promise<DevServer> {
   ensureTemporalBinaries();
   const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(o.port), '--log-level', 'warn'];
@@ -54,6 +56,7 @@ export async function startDevServer(o: {
     );
   }
   for (const sa of SEARCH_ATTRIBUTES) args.push('--search-attribute', `${sa.name}=Keyword`);
+  for (const dc of o.dynamicConfig ?? []) args.push('--dynamic-config-value', dc);
   const child = spawn(TEMPORAL_CLI, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const onLine = (b: Buffer) => o.log?.(b.toString().trimEnd());
   child.stdout?.on('data', onLine);

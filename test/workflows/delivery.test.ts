@@ -15,6 +15,7 @@ import {
   type Stack,
 } from '../helpers/harness';
 import { startReceiver, type Receiver, type ScriptedAnswer } from '../helpers/receiver';
+import type { Resolver } from '../../src/outbound';
 
 jest.setTimeout(120_000);
 
@@ -50,7 +51,12 @@ async function result(jobId: string): Promise<DeliveryResult> {
 
 async function scenario(
   script: ScriptedAnswer[] | ((n: number) => ScriptedAnswer),
-  o: { env?: Record<string, string>; apiEnv?: Record<string, string>; config?: Record<string, unknown> } = {},
+  o: {
+    env?: Record<string, string>;
+    apiEnv?: Record<string, string>;
+    config?: Record<string, unknown>;
+    resolver?: Resolver;
+  } = {},
 ) {
   receiver = await startReceiver({
     script: (req) => (typeof script === 'function' ? script(req.n) : (script[req.n - 1] ?? { status: 200 })),
@@ -58,6 +64,7 @@ async function scenario(
   stack = await startStack(env, `delivery-${++queue}`, {
     env: o.env ?? {},
     ...(o.apiEnv ? { apiEnv: o.apiEnv } : {}),
+    ...(o.resolver ? { resolver: o.resolver } : {}),
   });
   const taskId = `task-${queue}`;
   const config = await createConfig(stack, taskId, {
@@ -199,6 +206,24 @@ describe('delivery workflow (time-skipping)', () => {
     // at least 648 s) would end past 700 s for every jitter, so the job expires after exactly 4 requests.
     expect(s.job).toMatchObject({ status: 'expired', reason: 'http_503' });
     expect(receiver!.requests).toHaveLength(4);
+  });
+
+  it('a TLS error (certificate not valid for the name) fails the job and leaves the config active', async () => {
+    // wrong-name.test resolves to the receiver, whose certificate does not name it.
+    const port = () => new URL(receiver!.url).port;
+    let url = '';
+    const s = await scenario([{ status: 200 }], {
+      resolver: async () => [{ address: '127.0.0.1', family: 4 }],
+      get config() {
+        url = `https://wrong-name.test:${port()}/hook`;
+        return { url };
+      },
+    });
+    expect(url).toContain('wrong-name.test');
+    expect(s.job).toMatchObject({ status: 'failed', reason: 'tls' });
+    expect(s.cfg.status).toBe('active');
+    expect(s.attempts.map((a) => [a.outcome, a.error])).toEqual([['failed', 'tls']]);
+    expect(receiver!.requests).toHaveLength(0);
   });
 
   it('connection refused is retried', async () => {

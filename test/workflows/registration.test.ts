@@ -191,6 +191,35 @@ describe('registration workflow (time-skipping, real A2A agent on HTTPS)', () =>
     expect(getTasks()).toBeLessThan(50);
   });
 
+  it('at its bound the inbox answers 429, and accepts again once a GetTask has processed the backlog', async () => {
+    await setup({ env: { INBOX_BOUND_PER_REGISTRATION: '3' } });
+    agent!.setState('rt-b', 'TASK_STATE_WORKING');
+    const reg = await register({ mode: 'embedded', agent: { url: agent!.url } });
+    const cfg = reg.pushNotificationConfig;
+    const send = () =>
+      callback(cfg.url, cfg.authentication.credentials, { task: { id: 'rt-b' } }).then((r) => r.status);
+    // No remote task id yet: nothing is processed, so the bound fills.
+    expect([await send(), await send(), await send(), await send()]).toEqual([200, 200, 200, 429]);
+    expect((await getReg(reg.id)).callbacks).toEqual({ received: 3, pending: 3, late: 0 });
+    await stack!.api(`/v1/registrations/${reg.id}/remote-task`, {
+      method: 'POST',
+      json: { remoteTaskId: 'rt-b' },
+    });
+    await eventually(
+      () => getReg(reg.id),
+      (g) => g.callbacks.pending === 0,
+    );
+    // A long-running task never stays at its bound: each GetTask drains what came before it.
+    for (let round = 0; round < 3; round++) {
+      expect([await send(), await send(), await send()]).toEqual([200, 200, 200]);
+      await eventually(
+        () => getReg(reg.id),
+        (g) => g.callbacks.pending === 0,
+      );
+    }
+    expect((await getReg(reg.id)).callbacks).toEqual({ received: 12, pending: 0, late: 0 });
+  });
+
   it('a lost callback still resolves by polling, with the poll interval doubling up to POLL_MAX', async () => {
     await setup({ env: { POLL_INITIAL: '30s', POLL_MAX: '4m' } });
     agent!.setState('rt-4', 'TASK_STATE_WORKING');

@@ -1,0 +1,77 @@
+import crypto from 'node:crypto';
+import net from 'node:net';
+import { Client, Connection } from '@temporalio/client';
+import { NativeConnection } from '@temporalio/worker';
+import { startDevServer, type DevServer } from '../../src/embedded/temporal';
+import { makeRegistrationWorkflowId } from '../../src/ids';
+import { startTestAgent, type TestAgent } from '../helpers/agent';
+import { eventually, json, quietTemporal, startStack, type Stack } from '../helpers/harness';
+
+jest.setTimeout(90_000);
+
+const freePort = () =>
+  new Promise<number>((resolve) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const p = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(p));
+    });
+  });
+
+let server: DevServer;
+let connection: Connection;
+let native: NativeConnection;
+let stack: Stack;
+let agent: TestAgent;
+
+beforeAll(async () => {
+  quietTemporal();
+  // A dev server that suggests continue-as-new after 40 history events, so a polling registration
+  // reaches the suggestion within seconds.
+  server = await startDevServer({
+    port: await freePort(),
+    dynamicConfig: ['limit.historyCount.suggestContinueAsNew=40'],
+  });
+  connection = await Connection.connect({ address: server.address });
+  native = await NativeConnection.connect({ address: server.address });
+  agent = await startTestAgent();
+  stack = await startStack(
+    { client: new Client({ connection }), nativeConnection: native },
+    `can-${crypto.randomBytes(3).toString('hex')}`,
+    { env: { POLL_INITIAL: '200ms', POLL_MAX: '200ms' } },
+  );
+});
+afterAll(async () => {
+  await stack?.close();
+  await agent?.close();
+  await native?.close();
+  await connection?.close();
+  await server?.stop();
+});
+
+it('a long-polling registration continues as new when Temporal suggests it, and still resolves once', async () => {
+  agent.setState('rt-can', 'TASK_STATE_WORKING');
+  const res = await stack.api('/v1/registrations', {
+    method: 'POST',
+    json: { mode: 'separate', remoteTaskId: 'rt-can', agent: { url: agent.url } },
+  });
+  const reg = (await res.json()) as { id: string };
+  const client = new Client({ connection });
+  const handle = client.workflow.getHandle(makeRegistrationWorkflowId(reg.id));
+  // Wait until the first run has handed over to a new run.
+  const firstRun = (
+    await eventually(
+      () => handle.describe(),
+      () => true,
+    )
+  ).runId;
+  await eventually(
+    () => handle.describe().then((d) => d.runId),
+    (runId) => runId !== firstRun,
+    60_000,
+  );
+  agent.setState('rt-can', 'TASK_STATE_COMPLETED');
+  const r = await handle.result();
+  expect(r).toMatchObject({ status: 'resolved', remoteState: 'TASK_STATE_COMPLETED' });
+  const feed = await json(stack.api('/v1/resolutions?after=0'));
+  expect(feed.items.filter((i: { registrationId: string }) => i.registrationId === reg.id)).toHaveLength(1);
+});

@@ -4,7 +4,7 @@ module.exports = {
   roots: ['<rootDir>/test'],
   testMatch: ['**/*.test.ts'],
   transform: {
-    '^.+\\.[tj]sx?$': ['ts-jest', { tsconfig: { allowJs: true }, isolatedModules: true }],
+    '^.+\\.[tj]sx?$': ['ts-jest', { tsconfig: { allowJs: true, isolatedModules: true } }],
   },
   // @a2a-js/sdk's CommonJS build requires jose 6, which is ESM-only: transform it too.
   transformIgnorePatterns: ['/node_modules/(?!jose/)'],

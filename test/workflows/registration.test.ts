@@ -36,10 +36,17 @@ afterAll(async () => {
   await tlsAgent.close();
 });
 
-async function setup(o: { env?: Record<string, string>; agent?: Parameters<typeof startTestAgent>[0] } = {}) {
+async function setup(
+  o: {
+    env?: Record<string, string>;
+    apiEnv?: Record<string, string>;
+    agent?: Parameters<typeof startTestAgent>[0];
+  } = {},
+) {
   agent = await startTestAgent(o.agent);
   stack = await startStack(env, `registration-${++queue}`, {
     env: { POLL_INITIAL: '30s', POLL_MAX: '15m', ...o.env },
+    ...(o.apiEnv ? { apiEnv: o.apiEnv } : {}),
   });
   return { agent, stack };
 }
@@ -329,6 +336,19 @@ describe('registration workflow (time-skipping, real A2A agent on HTTPS)', () =>
     expect((await feed()).map((f) => [f.kind, f.reason, f.terminal])).toEqual([
       ['failed', 'remote_task_not_found', true],
     ]);
+  });
+
+  it('an agent the guard refuses at call time ends the registration failed (guard_refused:<rule>); no request reaches it', async () => {
+    await setup({ env: { OUTBOUND_DENY_CIDRS: '127.0.0.1/32' }, apiEnv: { OUTBOUND_DENY_CIDRS: '' } });
+    agent!.setState('rt-g', 'TASK_STATE_WORKING');
+    const reg = await register({ mode: 'separate', remoteTaskId: 'rt-g', agent: { url: agent!.url } });
+    const r = await result(reg.id);
+    expect(r).toMatchObject({ status: 'failed' });
+    expect(await getReg(reg.id)).toMatchObject({ status: 'failed', reason: 'guard_refused:denied_cidr' });
+    expect((await feed()).map((f) => [f.kind, f.reason, f.terminal])).toEqual([
+      ['failed', 'guard_refused:denied_cidr', true],
+    ]);
+    expect(agent!.calls).toEqual([]);
   });
 
   it('a 401 from the agent ends the registration failed (remote_auth_failed)', async () => {

@@ -48,6 +48,11 @@ async function main() {
       log: (l) => process.stderr.write(`[temporal] ${l}\n`),
     });
     env.TEMPORAL_ADDRESS = temporal.address;
+    // Never leave the dev server behind, whatever way this process ends.
+    const child = temporal.process;
+    process.once('exit', () => {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    });
   }
   if (!env.SEAL_KEYS) env.SEAL_KEYS = embeddedSealKeys();
   const settings = loadSettings(env);

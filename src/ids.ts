@@ -10,3 +10,7 @@ export const isValidId = (s: string) => ID_PATTERN.test(s) && s !== '.' && s !==
 export function callbackUrl(publicBaseUrl: string, registrationId: string): string {
   return `${publicBaseUrl.replace(/\/+$/, '')}/a2a/push/${registrationId}`;
 }
+
+/** Delivery and registration ids are UUIDs; anything else is simply not found. */
+export const isUuid = (s: string) =>
+  /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);

@@ -1,3 +1,4 @@
+import { isUuid } from '../ids';
 import crypto from 'node:crypto';
 import { Router } from 'express';
 import {
@@ -15,8 +16,6 @@ import { callerOf, writeAnswer, type ApiDeps } from './context';
 import { Problem } from './problem';
 import { allow } from './routing';
 import { emptyBody, pageQuery } from './schemas';
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export function deliveryRoutes(deps: ApiDeps): Router {
   const r = Router();
@@ -37,7 +36,7 @@ export function deliveryRoutes(deps: ApiDeps): Router {
     .get(
       handle(async (req, res) => {
         const id = String(req.params.idAction);
-        const job = UUID.test(id) ? await getJob(deps.db, callerOf(res).tenantId, id) : undefined;
+        const job = isUuid(id) ? await getJob(deps.db, callerOf(res).tenantId, id) : undefined;
         if (!job) throw new Problem('not_found', `no delivery "${id}"`);
         res.json(await view(job));
       }),
@@ -49,7 +48,7 @@ export function deliveryRoutes(deps: ApiDeps): Router {
         const { value } = parseBody(req, emptyBody);
         const { tenantId } = callerOf(res);
         await writeAnswer(deps, req, res, value, async (tx) => {
-          const job = UUID.test(id) ? await getJob(tx, tenantId, id) : undefined;
+          const job = isUuid(id) ? await getJob(tx, tenantId, id) : undefined;
           if (!job) throw new Problem('not_found', `no delivery "${id}"`);
           if (job.status === 'delivered' || !job.finished_at)
             throw new Problem(

@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
 import { Router } from 'express';
 import { audit } from '../db/audit';
-import { callbackUrl } from '../ids';
+import { callbackUrl, isUuid } from '../ids';
 import { inTx, type Tx } from '../db/pool';
 import {
   feedItemView,
@@ -22,7 +22,6 @@ import { Problem } from './problem';
 import { allow } from './routing';
 import { createRegistrationBody, feedQuery, remoteTaskBody } from './schemas';
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const hostOf = (url: string) => new URL(url).host;
 
 export function registrationRoutes(deps: ApiDeps & { feed: FeedNotifier }): Router {
@@ -34,7 +33,7 @@ export function registrationRoutes(deps: ApiDeps & { feed: FeedNotifier }): Rout
   };
 
   async function load(tx: Tx | ApiDeps['db'], tenantId: string, id: string, lock = false) {
-    const row = UUID.test(id) ? await getRegistration(tx, tenantId, id, lock) : undefined;
+    const row = isUuid(id) ? await getRegistration(tx, tenantId, id, lock) : undefined;
     if (!row) throw new Problem('not_found', `no registration "${id}"`);
     return row;
   }
@@ -195,7 +194,7 @@ export function registrationRoutes(deps: ApiDeps & { feed: FeedNotifier }): Rout
       handle(async (req, res) => {
         const { tenantId, apiKeyId } = callerOf(res);
         const id = String(req.params.id);
-        const deleted = UUID.test(id)
+        const deleted = isUuid(id)
           ? await inTx(deps.db, async (tx) => {
               const row = await getRegistration(tx, tenantId, id, true);
               if (!row || row.status === 'deleted') return false;

@@ -1,3 +1,4 @@
+import { isUuid } from '../ids';
 import express, { type Request, type Response } from 'express';
 import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
@@ -18,8 +19,6 @@ export interface InboxDeps {
   logger: Logger;
   temporal: Client;
 }
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 interface Target {
   id: string;
@@ -87,7 +86,7 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
     const id = String(req.params.registrationId);
     const h = req.headers.authorization;
     const m = typeof h === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(h) : null;
-    const lookup = UUID.test(id)
+    const lookup = isUuid(id)
       ? db.query<Target>(
           'SELECT id, tenant_id, status, agent_url, remote_task_id, callback_hash FROM registrations WHERE id = $1',
           [id],

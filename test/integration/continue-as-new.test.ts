@@ -58,12 +58,12 @@ it('a long-polling registration continues as new when Temporal suggests it, and 
   const client = new Client({ connection });
   const handle = client.workflow.getHandle(makeRegistrationWorkflowId(reg.id));
   // Wait until the first run has handed over to a new run.
-  const firstRun = (
-    await eventually(
-      () => handle.describe(),
-      () => true,
-    )
-  ).runId;
+  // The API starts the workflow after its answer: wait until it exists.
+  const first = await eventually(
+    () => handle.describe().catch(() => undefined),
+    (d) => d !== undefined,
+  );
+  const firstRun = first!.runId;
   await eventually(
     () => handle.describe().then((d) => d.runId),
     (runId) => runId !== firstRun,

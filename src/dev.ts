@@ -1,5 +1,5 @@
 import { loadSettings, SettingsError } from './config';
-import { bootstrapApiKey, createApiKey } from './db/apikeys';
+import { bootstrapApiKey } from './db/apikeys';
 import { migrate } from './db/pool';
 import {
   EMBEDDED_DB,
@@ -60,10 +60,9 @@ async function main() {
   const rt = createRuntime(settings, 'a2a-push');
   await migrate(rt.db);
 
-  let firstKey: string | undefined;
-  if (settings.BOOTSTRAP_API_KEY) await bootstrapApiKey(rt.db, settings.BOOTSTRAP_API_KEY);
-  else if ((await rt.db.query('SELECT 1 FROM api_keys LIMIT 1')).rowCount === 0)
-    firstKey = (await createApiKey(rt.db, 'default')).key;
+  const created = await bootstrapApiKey(rt.db, settings.BOOTSTRAP_API_KEY);
+  // A key the operator chose is not printed back; a generated one is shown this once.
+  const firstKey = created && !settings.BOOTSTRAP_API_KEY ? created.key : undefined;
 
   services.push(await startWorker(rt));
   const api = await startApi(rt);

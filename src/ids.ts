@@ -14,3 +14,12 @@ export function callbackUrl(publicBaseUrl: string, registrationId: string): stri
 /** Delivery and registration ids are UUIDs; anything else is simply not found. */
 export const isUuid = (s: string) =>
   /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(s);
+
+/** The host (and port) of a URL for summaries and logs; never the path, query or userinfo. */
+export function hostOf(url: string): string {
+  try {
+    return new URL(url).host;
+  } catch {
+    return '?';
+  }
+}

@@ -9,6 +9,7 @@ import { Dispatcher, queuedCount } from './api/dispatcher';
 import { FeedNotifier } from './api/feed-notifier';
 import { createInboxApp } from './inbox/app';
 import { requireSettings } from './config';
+import { pgReachable } from './db/pool';
 import { createRegistry } from './metrics';
 import { createHttp, type Runtime } from './runtime';
 import { connectTemporal } from './temporal';
@@ -110,10 +111,7 @@ export async function startApi(rt: Runtime): Promise<Service & { dispatcher: Dis
   const feed = new FeedNotifier(requireSettings(rt.settings, ['DATABASE_URL']).DATABASE_URL, rt.logger);
   await feed.start();
   const app = createApiApp({ ...rt, temporal: client, dispatcher, feed }, registry, async () => ({
-    postgres: await rt.db.query('SELECT 1').then(
-      () => true,
-      () => false,
-    ),
+    postgres: await pgReachable(rt.db),
     temporal: await temporalReachable(client),
   }));
   const server = trackConnections(http.createServer(app));
@@ -146,10 +144,7 @@ export async function startInbox(rt: Runtime): Promise<Service & { port: number 
   });
   const registry = createRegistry('inbox');
   const { app } = createInboxApp({ ...rt, temporal: client }, registry, async () => ({
-    postgres: await rt.db.query('SELECT 1').then(
-      () => true,
-      () => false,
-    ),
+    postgres: await pgReachable(rt.db),
     temporal: await temporalReachable(client),
   }));
   const server =

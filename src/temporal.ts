@@ -5,7 +5,7 @@ import {
   WorkflowNotFoundError,
 } from '@temporalio/client';
 import { WorkflowIdReusePolicy } from '@temporalio/common';
-import { makeDeliveryWorkflowId, makeRegistrationWorkflowId } from './ids';
+import { hostOf, makeDeliveryWorkflowId, makeRegistrationWorkflowId } from './ids';
 import { ConfigId, DeliveryStatus, RegistrationId, TaskId, TenantId } from './workflows/search-attributes';
 import { callbackSignal, deleteSignal, remoteTaskSignal, wakeSignal } from './workflows/signals';
 
@@ -69,11 +69,12 @@ export async function wakeDeliveries(client: Client, jobIds: string[]): Promise<
   ).catch(() => undefined);
 }
 
+/** The registration columns a workflow start needs (ids and the agent's host: nothing secret). */
 export interface RegistrationToStart {
   id: string;
-  tenantId: string;
-  host: string;
-  remoteTaskId?: string | null;
+  tenant_id: string;
+  agent_url: string;
+  remote_task_id: string | null;
 }
 
 const SIGNALS = { callback: callbackSignal, remoteTask: remoteTaskSignal } as const;
@@ -95,11 +96,11 @@ export async function signalRegistration(
     signal: SIGNALS[signal],
     signalArgs: [],
     typedSearchAttributes: [
-      { key: TenantId, value: reg.tenantId },
+      { key: TenantId, value: reg.tenant_id },
       { key: RegistrationId, value: reg.id },
-      ...(reg.remoteTaskId ? [{ key: TaskId, value: reg.remoteTaskId }] : []),
+      ...(reg.remote_task_id ? [{ key: TaskId, value: reg.remote_task_id }] : []),
     ],
-    staticSummary: `await remote task at host ${reg.host}`,
+    staticSummary: `await remote task at host ${hostOf(reg.agent_url)}`,
   });
 }
 

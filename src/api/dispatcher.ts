@@ -1,6 +1,7 @@
 import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import type { Db } from '../db/pool';
+import { hostOf } from '../ids';
 import { signalRegistration, startDeliveryWorkflow } from '../temporal';
 
 export interface DispatcherOptions {
@@ -14,14 +15,6 @@ export interface DispatcherOptions {
   /** How long a claim keeps other dispatchers off a job whose start is under way. */
   leaseMs?: number;
 }
-
-const hostOf = (url: string) => {
-  try {
-    return new URL(url).host;
-  } catch {
-    return '?';
-  }
-};
 
 /**
  * Starts the workflows of committed jobs in commit order with bounded concurrency. It runs when an
@@ -91,12 +84,7 @@ export class Dispatcher {
         ORDER BY created_at LIMIT 100`,
     );
     for (const reg of r.rows) {
-      await signalRegistration(this.o.client, this.o.taskQueue, {
-        id: reg.id,
-        tenantId: reg.tenant_id,
-        host: hostOf(reg.agent_url),
-        remoteTaskId: reg.remote_task_id,
-      });
+      await signalRegistration(this.o.client, this.o.taskQueue, reg);
       await this.o.db.query('UPDATE registrations SET workflow_started = true WHERE id = $1', [reg.id]);
     }
     return r.rows.length;

@@ -22,8 +22,6 @@ import { Problem } from './problem';
 import { allow } from './routing';
 import { createRegistrationBody, feedQuery, remoteTaskBody } from './schemas';
 
-const hostOf = (url: string) => new URL(url).host;
-
 export function registrationRoutes(deps: ApiDeps & { feed: FeedNotifier }): Router {
   const r = Router();
   const publicBase = () => {
@@ -42,12 +40,7 @@ export function registrationRoutes(deps: ApiDeps & { feed: FeedNotifier }): Rout
     row: Pick<RegistrationRow, 'id' | 'tenant_id' | 'agent_url' | 'remote_task_id'>,
     signal: 'callback' | 'remoteTask',
   ) =>
-    signalRegistration(
-      deps.temporal,
-      deps.settings.TASK_QUEUE,
-      { id: row.id, tenantId: row.tenant_id, host: hostOf(row.agent_url), remoteTaskId: row.remote_task_id },
-      signal,
-    )
+    signalRegistration(deps.temporal, deps.settings.TASK_QUEUE, row, signal)
       .then(() => deps.db.query('UPDATE registrations SET workflow_started = true WHERE id = $1', [row.id]))
       .catch((err: unknown) =>
         deps.logger.warn(

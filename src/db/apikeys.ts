@@ -70,8 +70,11 @@ export async function findApiKey(db: Db, key: string): Promise<{ id: string; ten
   return row ? { id: row.id, tenantId: row.tenant_id } : undefined;
 }
 
-/** BOOTSTRAP_API_KEY: tenant `default` with this key, when no key exists at all. */
-export async function bootstrapApiKey(db: Db, key: string): Promise<CreatedKey | undefined> {
+/**
+ * Tenant `default` with a first key when no key exists at all: BOOTSTRAP_API_KEY's, or (embedded start)
+ * a generated one, returned so it can be shown once.
+ */
+export async function bootstrapApiKey(db: Db, key?: string): Promise<CreatedKey | undefined> {
   const r = await db.query('SELECT 1 FROM api_keys LIMIT 1');
   if (r.rowCount) return undefined;
   return createApiKey(db, 'default', key);

@@ -48,7 +48,6 @@ export function configView(r: ConfigRow) {
     statusChangedAt: r.status_changed_at.toISOString(),
   };
 }
-export type ConfigView = ReturnType<typeof configView>;
 
 export async function getLiveConfig(db: Db | Tx, tenantId: string, taskId: string, id: string) {
   const r = await db.query<ConfigRow>(

@@ -83,3 +83,10 @@ export function isDbUnavailable(err: unknown): boolean {
     e?.message ?? '',
   );
 }
+
+/** For /readyz: true when Postgres answers. */
+export const pgReachable = (db: Db): Promise<boolean> =>
+  db.query('SELECT 1').then(
+    () => true,
+    () => false,
+  );

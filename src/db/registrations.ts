@@ -1,7 +1,6 @@
 import type { Db, Tx } from './pool';
 
 export type RegistrationStatus = 'pending' | 'active' | 'resolved' | 'failed' | 'deleted';
-export const OPEN_STATUSES: RegistrationStatus[] = ['pending', 'active'];
 
 export interface RegistrationRow {
   id: string;

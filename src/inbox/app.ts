@@ -58,6 +58,13 @@ export class SignalCoalescer {
   }
 }
 
+/** A late callback (resolved, failed or deleted registration) is answered 200 and only counted. */
+const countLate = (db: Pick<Db, 'query'>, id: string) =>
+  db.query(
+    'UPDATE registrations SET callbacks_late = callbacks_late + 1, callbacks_received = callbacks_received + 1 WHERE id = $1',
+    [id],
+  );
+
 export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe) {
   const { db, settings } = deps;
   const app = express();
@@ -67,12 +74,7 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
   app.use(opsRoutes(registry, ready));
 
   const coalescer = new SignalCoalescer(async (t) => {
-    await signalRegistration(deps.temporal, settings.TASK_QUEUE, {
-      id: t.id,
-      tenantId: t.tenant_id,
-      host: new URL(t.agent_url).host,
-      remoteTaskId: t.remote_task_id,
-    });
+    await signalRegistration(deps.temporal, settings.TASK_QUEUE, t);
   });
 
   const answer = (res: Response, p: Problem, reason: string) => {
@@ -146,10 +148,7 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
     const store = async () => {
       if (t.status !== 'pending' && t.status !== 'active') {
         // Late: answered 200 and only counted.
-        await db.query(
-          'UPDATE registrations SET callbacks_late = callbacks_late + 1, callbacks_received = callbacks_received + 1 WHERE id = $1',
-          [t.id],
-        );
+        await countLate(db, t.id);
         inboxRequests.inc({ status: '200', reason: 'late' });
         res.status(200).json({ status: 'late' });
         return;
@@ -165,10 +164,7 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
         );
         const status = lock.rows[0]?.status;
         if (status !== 'pending' && status !== 'active') {
-          await client.query(
-            'UPDATE registrations SET callbacks_late = callbacks_late + 1, callbacks_received = callbacks_received + 1 WHERE id = $1',
-            [t.id],
-          );
+          await countLate(client, t.id);
           outcome = 'late';
         } else {
           const r = await client.query<{ inserted: string; per: string; total: string }>(

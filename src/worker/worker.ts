@@ -16,6 +16,7 @@ import { requireSettings } from '../config';
 import { opsRoutes } from '../api/app';
 import { createRegistry } from '../metrics';
 import type { OutboundClient } from '../outbound';
+import { pgReachable } from '../db/pool';
 import type { Runtime } from '../runtime';
 
 let runtimeInstalled = false;
@@ -96,10 +97,7 @@ export function startWorkerListener(
   const app = express();
   app.use(
     opsRoutes(registry, async () => ({
-      postgres: await rt.db.query('SELECT 1').then(
-        () => true,
-        () => false,
-      ),
+      postgres: await pgReachable(rt.db),
       temporal: worker()?.getState() === 'RUNNING',
     })),
   );

@@ -3,6 +3,8 @@ module.exports = {
   testEnvironment: 'node',
   roots: ['<rootDir>/test'],
   testMatch: ['**/*.test.ts'],
+  // The Web UI browser check runs on its own (npm run test:browser), with chromium installed for it.
+  testPathIgnorePatterns: ['/node_modules/', '/test/browser/'],
   transform: {
     '^.+\\.[tj]sx?$': ['ts-jest', { tsconfig: { allowJs: true, isolatedModules: true } }],
   },

@@ -1,3 +1,4 @@
+import { describePlan } from './delivery/schedule';
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -75,7 +76,8 @@ async function temporalReachable(client: ReturnType<typeof connectTemporal>['cli
 }
 
 export async function startApi(rt: Runtime): Promise<Service & { dispatcher: Dispatcher; port: number }> {
-  const s = requireSettings(rt.settings, ['TEMPORAL_ADDRESS']);
+  // PUBLIC_BASE_URL: embedded registrations hand out callback URLs built on it.
+  const s = requireSettings(rt.settings, ['TEMPORAL_ADDRESS', 'PUBLIC_BASE_URL']);
   const { client, connection } = connectTemporal({
     address: s.TEMPORAL_ADDRESS,
     namespace: s.TEMPORAL_NAMESPACE,
@@ -87,6 +89,14 @@ export async function startApi(rt: Runtime): Promise<Service & { dispatcher: Dis
     taskQueue: s.TASK_QUEUE,
     logger: rt.logger,
     sweepIntervalMs: s.SWEEP_INTERVAL,
+    plan: describePlan({
+      initialMs: s.RETRY_INITIAL,
+      factor: s.RETRY_FACTOR,
+      maxMs: s.RETRY_MAX,
+      maxAttempts: s.DELIVERY_MAX_ATTEMPTS,
+      timeoutMs: s.DELIVERY_TIMEOUT,
+      deadlineMs: s.DELIVERY_DEADLINE,
+    }),
   });
   const queued = new Gauge({
     name: 'a2a_push_outbox_queued',

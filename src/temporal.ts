@@ -5,6 +5,7 @@ import {
   WorkflowNotFoundError,
 } from '@temporalio/client';
 import { WorkflowIdReusePolicy } from '@temporalio/common';
+import { requestIdClientInterceptor } from './request-context';
 import { hostOf, makeDeliveryWorkflowId, makeRegistrationWorkflowId } from './ids';
 import { ConfigId, DeliveryStatus, RegistrationId, TaskId, TenantId } from './workflows/search-attributes';
 import { callbackSignal, deleteSignal, remoteTaskSignal, wakeSignal } from './workflows/signals';
@@ -18,7 +19,14 @@ export interface TemporalSettings {
 /** A lazy connection: the API starts (and answers 202) while Temporal is away; the dispatcher catches up. */
 export function connectTemporal(s: TemporalSettings): { client: Client; connection: Connection } {
   const connection = Connection.lazy({ address: s.address });
-  return { client: new Client({ connection, namespace: s.namespace }), connection };
+  return {
+    client: new Client({
+      connection,
+      namespace: s.namespace,
+      interceptors: { workflow: [requestIdClientInterceptor] },
+    }),
+    connection,
+  };
 }
 
 export interface JobToStart {
@@ -27,6 +35,8 @@ export interface JobToStart {
   taskId: string;
   configId: string;
   host: string;
+  /** The attempt plan (settings in words): shown as the workflow's static details. */
+  plan?: string;
 }
 
 /** Starts a job's workflow; a workflow that already exists (started before a crash) counts as started. */
@@ -48,6 +58,7 @@ export async function startDeliveryWorkflow(
         { key: DeliveryStatus, value: 'queued' },
       ],
       staticSummary: `push task ${job.taskId} → host ${job.host}`,
+      staticDetails: `task ${job.taskId}, config ${job.configId}, target host ${job.host}${job.plan ? `\n\n${job.plan}` : ''}`,
     });
   } catch (err) {
     if (err instanceof WorkflowExecutionAlreadyStartedError) return;
@@ -101,6 +112,7 @@ export async function signalRegistration(
       ...(reg.remote_task_id ? [{ key: TaskId, value: reg.remote_task_id }] : []),
     ],
     staticSummary: `await remote task at host ${hostOf(reg.agent_url)}`,
+    staticDetails: `registration ${reg.id}, agent host ${hostOf(reg.agent_url)}${reg.remote_task_id ? `, remote task ${reg.remote_task_id}` : ', remote task id not yet known'}`,
   });
 }
 

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { contextLogger } from '../request-context';
 import type { Db } from '../db/pool';
 import { inTx } from '../db/pool';
 import { audit } from '../db/audit';
@@ -6,7 +7,13 @@ import type { JobStatus } from '../db/outbox';
 import { isFinished } from '../db/outbox';
 import { classifyAttempt, type AttemptResult, type Classification } from '../delivery/classify';
 import { nextStep, type RetrySettings } from '../delivery/schedule';
-import { checkUrlStatic, OutboundError, type AddressPolicy, type OutboundClient } from '../outbound';
+import {
+  checkUrlStatic,
+  countRefusal,
+  OutboundError,
+  type AddressPolicy,
+  type OutboundClient,
+} from '../outbound';
 import type { Keyring } from '../sealing/keyring';
 import { unsealSecret } from '../sealing/secrets';
 import { attemptDuration, deliveriesTotal } from '../metrics';
@@ -271,8 +278,10 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
 
     let result: AttemptResult;
     const t0 = performance.now();
-    if (!verdict.ok) result = { kind: 'guard_refused', rule: verdict.rule };
-    else {
+    if (!verdict.ok) {
+      countRefusal(verdict.rule);
+      result = { kind: 'guard_refused', rule: verdict.rule };
+    } else {
       try {
         const headers: Record<string, string> = {
           'content-type': 'application/a2a+json',
@@ -307,7 +316,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     const c = classifyAttempt(result, Date.now());
     attemptDuration.observe(durationMs / 1000);
     deliveriesTotal.inc({ outcome: c.outcome });
-    logger.info(
+    contextLogger(logger).info(
       { jobId: input.jobId, attempt: n, outcome: c.outcome, reason: c.reason, durationMs },
       'delivery attempt',
     );

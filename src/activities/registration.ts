@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { contextLogger } from '../request-context';
 import {
   connectRemoteAgent,
   INTERRUPTED_STATES,
@@ -30,6 +31,8 @@ export interface RegistrationDeps {
 export interface RegistrationInfo {
   status: string;
   remoteTaskKnown: boolean;
+  /** The remote task id once known (an id, for the TaskId search attribute). */
+  remoteTaskId?: string;
   needsRemoteConfig: boolean;
   pollInitialMs: number;
   pollMaxMs: number;
@@ -119,6 +122,7 @@ export const createRegistrationActivities = (deps: RegistrationDeps) => {
     return {
       status: r.status,
       remoteTaskKnown: r.remote_task_id !== null,
+      ...(r.remote_task_id !== null ? { remoteTaskId: r.remote_task_id } : {}),
       needsRemoteConfig:
         r.mode === 'separate' && !r.remote_config_made && r.push_enabled && r.reason === null,
       pollInitialMs: deps.pollInitialMs,
@@ -161,7 +165,10 @@ export const createRegistrationActivities = (deps: RegistrationDeps) => {
       `UPDATE registrations SET push_enabled = false, reason = $2 WHERE id = $1 AND status = 'active'`,
       [r.id, reason],
     );
-    logger.info({ registrationId, reason, failure: f.kind }, 'remote push config not created; polling only');
+    contextLogger(logger).info(
+      { registrationId, reason, failure: f.kind },
+      'remote push config not created; polling only',
+    );
     return { pushEnabled: false, reason };
   }
 
@@ -271,13 +278,13 @@ export const createRegistrationActivities = (deps: RegistrationDeps) => {
       const agent = await agentFor(r);
       const res = await agent.deletePushConfig(r.remote_task_id, r.id);
       if (!res.ok)
-        logger.info(
+        contextLogger(logger).info(
           { registrationId, failure: res.failure.kind },
           'remote push config not deleted (best effort)',
         );
       return { removed: res.ok };
     } catch (err) {
-      logger.warn(
+      contextLogger(logger).warn(
         { registrationId, err: (err as Error).message },
         'remote push config delete failed (best effort)',
       );

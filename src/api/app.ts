@@ -3,6 +3,7 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import { pinoHttp } from 'pino-http';
 import type { Registry } from 'prom-client';
 import { findApiKey } from '../db/apikeys';
+import { withRequestContext } from '../request-context';
 import { isDbUnavailable } from '../db/pool';
 import type { ApiDeps } from './context';
 import { configRoutes } from './configs';
@@ -41,7 +42,14 @@ export function opsRoutes(registry: Registry, ready: Probe) {
   return r;
 }
 
+/** pino-http with one request id per request, and that id as the request context for what follows. */
 export function requestLogger(deps: { logger: ApiDeps['logger'] }) {
+  const withContext = (req: Request, _res: Response, next: NextFunction) =>
+    withRequestContext({ requestId: String(req.id), logger: req.log }, next);
+  return [httpLogger(deps), withContext];
+}
+
+function httpLogger(deps: { logger: ApiDeps['logger'] }) {
   return pinoHttp({
     logger: deps.logger,
     genReqId: (req, res) => {

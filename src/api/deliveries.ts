@@ -9,6 +9,7 @@ import {
   supersedeOverBound,
   type JobRow,
 } from '../db/outbox';
+import { currentRequestId } from '../request-context';
 import { wakeDeliveries } from '../temporal';
 import { handle, parseBody, parseQuery, rawBody } from './body';
 import { pathId } from './configs';
@@ -67,8 +68,8 @@ export function deliveryRoutes(deps: ApiDeps): Router {
             );
           const newId = crypto.randomUUID();
           const ins = await tx.query<JobRow>(
-            `INSERT INTO delivery_jobs (id, tenant_id, event_id, config_row_id, task_id, config_id, deadline, retry_of)
-             VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7::double precision / 1000), $8) RETURNING *`,
+            `INSERT INTO delivery_jobs (id, tenant_id, event_id, config_row_id, task_id, config_id, deadline, retry_of, request_id)
+             VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7::double precision / 1000), $8, $9) RETURNING *`,
             [
               newId,
               tenantId,
@@ -78,6 +79,7 @@ export function deliveryRoutes(deps: ApiDeps): Router {
               job.config_id,
               deps.settings.DELIVERY_DEADLINE,
               job.id,
+              currentRequestId() ?? null,
             ],
           );
           const superseded = await supersedeOverBound(

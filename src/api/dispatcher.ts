@@ -2,6 +2,7 @@ import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import type { Db } from '../db/pool';
 import { hostOf } from '../ids';
+import { withRequestContext } from '../request-context';
 import { signalRegistration, startDeliveryWorkflow } from '../temporal';
 
 export interface DispatcherOptions {
@@ -14,6 +15,8 @@ export interface DispatcherOptions {
   batchSize?: number;
   /** How long a claim keeps other dispatchers off a job whose start is under way. */
   leaseMs?: number;
+  /** The attempt plan shown in each delivery workflow's static details. */
+  plan?: string;
 }
 
 /**
@@ -98,6 +101,7 @@ export class Dispatcher {
       tenant_id: string;
       task_id: string;
       config_id: string;
+      request_id: string | null;
       url: string;
     }>(
       `UPDATE delivery_jobs j SET dispatch_lease = now() + make_interval(secs => $2::double precision / 1000)
@@ -106,7 +110,7 @@ export class Dispatcher {
               SELECT id FROM delivery_jobs
                WHERE dispatched_at IS NULL AND (dispatch_lease IS NULL OR dispatch_lease < now())
                ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)
-        RETURNING j.id, j.seq, j.tenant_id, j.task_id, j.config_id, c.url`,
+        RETURNING j.id, j.seq, j.tenant_id, j.task_id, j.config_id, j.request_id, c.url`,
       [this.batchSize, this.leaseMs],
     );
     const jobs = claimed.rows.sort((a, b) => Number(a.seq) - Number(b.seq));
@@ -118,13 +122,17 @@ export class Dispatcher {
       while (next < jobs.length && failure === undefined) {
         const j = jobs[next++]!;
         try {
-          await startDeliveryWorkflow(this.o.client, this.o.taskQueue, {
-            id: j.id,
-            tenantId: j.tenant_id,
-            taskId: j.task_id,
-            configId: j.config_id,
-            host: hostOf(j.url),
-          });
+          // The start carries the id of the request that wrote the job.
+          await withRequestContext({ requestId: j.request_id ?? '' }, () =>
+            startDeliveryWorkflow(this.o.client, this.o.taskQueue, {
+              id: j.id,
+              tenantId: j.tenant_id,
+              taskId: j.task_id,
+              configId: j.config_id,
+              host: hostOf(j.url),
+              ...(this.o.plan ? { plan: this.o.plan } : {}),
+            }),
+          );
           started.push(j.id);
         } catch (err) {
           failure = err;

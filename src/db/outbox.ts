@@ -3,6 +3,7 @@ import type { Db, Tx } from './pool';
 import { audit } from './audit';
 import { MASK } from '../sealing/keyring';
 import { makeDeliveryWorkflowId } from '../ids';
+import { currentRequestId } from '../request-context';
 
 export type ConfigStatus = 'active' | 'auth_failed' | 'stopped';
 export const UNFINISHED = ['queued', 'in_flight', 'waiting_retry'] as const;
@@ -139,8 +140,8 @@ export async function writeEvent(
   if (configs.rows.length === 0) return { eventId, deliveries: [], superseded: [] };
   const deliveries = configs.rows.map((c) => ({ id: crypto.randomUUID(), configId: c.id }));
   await tx.query(
-    `INSERT INTO delivery_jobs (id, tenant_id, event_id, config_row_id, task_id, config_id, deadline)
-     SELECT j.id, $1, $2, j.row_id, $3, j.config_id, ev.created_at + make_interval(secs => $4::double precision / 1000)
+    `INSERT INTO delivery_jobs (id, tenant_id, event_id, config_row_id, task_id, config_id, deadline, request_id)
+     SELECT j.id, $1, $2, j.row_id, $3, j.config_id, ev.created_at + make_interval(secs => $4::double precision / 1000), $8
        FROM unnest($5::uuid[], $6::bigint[], $7::text[]) AS j (id, row_id, config_id),
             (SELECT created_at FROM task_events WHERE id = $2) ev`,
     [
@@ -151,6 +152,7 @@ export async function writeEvent(
       deliveries.map((d) => d.id),
       configs.rows.map((c) => c.row_id),
       configs.rows.map((c) => c.id),
+      currentRequestId() ?? null,
     ],
   );
   const superseded = await supersedeOverBound(

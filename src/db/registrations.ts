@@ -65,7 +65,7 @@ export interface FeedItemRow {
 export const feedItemView = (f: FeedItemRow) => ({
   cursor: f.cursor,
   registrationId: f.registration_id,
-  remoteTaskId: f.remote_task_id,
+  ...(f.remote_task_id !== null ? { remoteTaskId: f.remote_task_id } : {}),
   kind: f.kind,
   ...(f.state !== null ? { state: f.state } : {}),
   ...(f.reason !== null ? { reason: f.reason } : {}),

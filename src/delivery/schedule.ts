@@ -32,3 +32,14 @@ export function nextStep(
   if (nowMs + waitMs > deadlineMs) return { kind: 'expired' };
   return { kind: 'wait', waitMs };
 }
+
+const secs = (ms: number) =>
+  ms % 3_600_000 === 0 ? `${ms / 3_600_000} h` : ms % 60_000 === 0 ? `${ms / 60_000} min` : `${ms / 1000} s`;
+
+/** The attempt plan in words, for the workflow's static details in the Web UI. */
+export function describePlan(s: RetrySettings & { timeoutMs: number; deadlineMs: number }): string {
+  return (
+    `up to ${s.maxAttempts} attempts of at most ${secs(s.timeoutMs)} each; waits ${secs(s.initialMs)} × ${s.factor}^(n−1) ` +
+    `± 20 % (at most ${secs(s.maxMs)}, longer on Retry-After); deadline ${secs(s.deadlineMs)} after the event`
+  );
+}

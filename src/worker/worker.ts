@@ -8,7 +8,9 @@ import {
   type LogLevel,
   type WorkerOptions,
 } from '@temporalio/worker';
+import type { ActivityInboundCallsInterceptor, ActivityInterceptorsFactory } from '@temporalio/worker';
 import type { Logger } from 'pino';
+import { readRequestId, withRequestContext } from '../request-context';
 import express from 'express';
 import { createDeliveryActivities } from '../activities/delivery';
 import { createRegistrationActivities } from '../activities/registration';
@@ -64,6 +66,44 @@ export function activitiesFor(rt: Runtime, httpClient: OutboundClient) {
   return { ...delivery, ...registration };
 }
 
+/**
+ * Cross-cutting, in one place: every activity runs with a logger that carries the request id (from the
+ * workflow's header), the workflow id and the activity, and logs its own failure with its duration.
+ */
+export function activityLogInterceptor(logger: Logger): ActivityInterceptorsFactory {
+  return (ctx) => {
+    const inbound: ActivityInboundCallsInterceptor = {
+      async execute(input, next) {
+        const requestId = readRequestId(input.headers);
+        const { info } = ctx;
+        const log = logger.child({
+          ...(requestId ? { requestId } : {}),
+          workflowId: info.workflowExecution?.workflowId,
+          activity: info.activityType,
+          activityAttempt: info.attempt,
+        });
+        const t0 = performance.now();
+        return withRequestContext({ requestId: requestId ?? '', logger: log }, async () => {
+          try {
+            const r = await next(input);
+            log.debug({ durationMs: Math.round(performance.now() - t0) }, 'activity completed');
+            return r;
+          } catch (err) {
+            log.warn(
+              { err: (err as Error).message, durationMs: Math.round(performance.now() - t0) },
+              'activity failed',
+            );
+            throw err;
+          }
+        });
+      },
+    };
+    return { inbound };
+  };
+}
+
+export const WORKFLOW_INTERCEPTOR_MODULES = [require.resolve('../workflows/interceptors')];
+
 /** The workflow code: a prebuilt bundle in tests, the source path otherwise. */
 export type WorkflowSource = Pick<WorkerOptions, 'workflowBundle' | 'workflowsPath'>;
 
@@ -82,6 +122,10 @@ export async function createWorker(
     taskQueue: o.taskQueue,
     ...(o.source ?? defaultWorkflowSource()),
     activities: activitiesFor(rt, httpClient),
+    interceptors: {
+      workflowModules: WORKFLOW_INTERCEPTOR_MODULES,
+      activity: [activityLogInterceptor(rt.logger)],
+    },
     maxConcurrentActivityTaskExecutions: 200,
     shutdownGraceTime: '20s',
   });

@@ -5,6 +5,7 @@ import {
   proxyActivities,
   setCurrentDetails,
   setHandler,
+  upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
 import type { RegistrationActivities } from '../activities/registration';
@@ -15,6 +16,7 @@ import {
   remoteTaskSignal,
   type RegistrationState,
 } from './signals';
+import { TaskId } from './search-attributes';
 
 const acts = proxyActivities<RegistrationActivities>({
   // Agent calls are bounded at 15 s each (card + call); this covers both and the database around them.
@@ -86,15 +88,23 @@ export async function registrationWorkflow(input: RegistrationInput): Promise<Re
     if (!remoteTaskKnown) {
       state.phase = 'awaiting_task_id';
       setCurrentDetails('waiting for nr-llm to post the remote task id');
-      await condition(() => taskKnownSignal || deleted, info.expiresAt - Date.now());
-      if (taskKnownSignal)
-        remoteTaskKnown = (await acts.loadRegistration({ registrationId })).remoteTaskKnown;
+      await condition(() => taskKnownSignal || deleted, info.expiresAt - Date.now(), {
+        summary: 'waiting for the remote task id',
+      });
+      if (taskKnownSignal) {
+        const now = await acts.loadRegistration({ registrationId });
+        remoteTaskKnown = now.remoteTaskKnown;
+        // The Web UI finds the registration by the remote task id from here on.
+        if (now.remoteTaskId) upsertSearchAttributes([{ key: TaskId, value: now.remoteTaskId }]);
+      }
       continue;
     }
 
     state.phase = 'reconciling';
     pending = false;
-    const r = await acts.reconcile({ registrationId });
+    const r = await acts.reconcile.executeWithOptions({ summary: `GetTask (poll ${state.polls + 1})` }, [
+      { registrationId },
+    ]);
     state.polls++;
     if (r.remoteState) state.remoteState = r.remoteState;
     if (r.ended) {
@@ -112,7 +122,9 @@ export async function registrationWorkflow(input: RegistrationInput): Promise<Re
     setCurrentDetails(
       `remote task ${r.remoteTaskId ?? '?'} is ${r.remoteState ?? 'unknown'}${r.transient ? ` (last call failed: ${r.transient})` : ''}; next GetTask in ${Math.round(waitMs / 1000)} s or on a callback`,
     );
-    const woken = await condition(() => pending || deleted, waitMs);
+    const woken = await condition(() => pending || deleted, waitMs, {
+      summary: `next GetTask in ${Math.round(waitMs / 1000)} s, or on a callback`,
+    });
     // A callback resets the polling to its start; silence doubles it up to POLL_MAX.
     pollMs = woken && pending ? info.pollInitialMs : Math.min(pollMs * 2, info.pollMaxMs);
 

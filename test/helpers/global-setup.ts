@@ -36,6 +36,7 @@ export default async function globalSetup(): Promise<void> {
   fs.mkdirSync(path.dirname(BUNDLE_PATH), { recursive: true });
   const { code } = await bundleWorkflowCode({
     workflowsPath: path.join(ROOT, 'src', 'workflows', 'index.ts'),
+    workflowInterceptorModules: [path.join(ROOT, 'src', 'workflows', 'interceptors.ts')],
     logger: {
       trace() {},
       debug() {},

@@ -1,3 +1,4 @@
+import { describePlan } from '../../src/delivery/schedule';
 import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -22,7 +23,8 @@ import { createRegistry } from '../../src/metrics';
 import { compilePolicy, createOutboundClient, type OutboundClient, type Resolver } from '../../src/outbound';
 import type { Runtime } from '../../src/runtime';
 import { Keyring } from '../../src/sealing/keyring';
-import { activitiesFor } from '../../src/worker/worker';
+import { activitiesFor, activityLogInterceptor } from '../../src/worker/worker';
+import { requestIdClientInterceptor } from '../../src/request-context';
 import { SEARCH_ATTRIBUTES } from '../../src/workflows/search-attributes';
 import pino from 'pino';
 import { createTestDb, type TestDb } from './db';
@@ -59,6 +61,8 @@ export interface StackOptions {
   /** Policy of the API (creation-time checks); defaults to the worker's. */
   apiEnv?: Record<string, string>;
   resolver?: Resolver;
+  /** Where the service logs (silent by default). */
+  logger?: pino.Logger;
 }
 
 export interface Stack {
@@ -101,7 +105,8 @@ export async function startStack(
   const settings = loadSettings({ ...base, TASK_QUEUE: taskQueue, DATABASE_URL: tdb.url });
   const keyring = Keyring.parse(Keyring.generateEntry('test'));
   const policy = compilePolicy(settings.OUTBOUND_ALLOW_CIDRS, settings.OUTBOUND_DENY_CIDRS);
-  const rt: Runtime = { settings, logger: silent, db: tdb.db, keyring, policy };
+  const logger = o.logger ?? silent;
+  const rt: Runtime = { settings, logger, db: tdb.db, keyring, policy };
   const apiSettings = o.apiEnv ? loadSettings({ ...base, ...o.apiEnv, TASK_QUEUE: taskQueue }) : settings;
   const apiPolicy = compilePolicy(apiSettings.OUTBOUND_ALLOW_CIDRS, apiSettings.OUTBOUND_DENY_CIDRS);
 
@@ -116,6 +121,7 @@ export async function startStack(
     taskQueue,
     workflowBundle: { codePath: process.env.TEST_WORKFLOW_BUNDLE! },
     activities: activitiesFor(rt, httpClient),
+    interceptors: { activity: [activityLogInterceptor(logger)] },
   });
   const running = worker.run();
 
@@ -125,6 +131,14 @@ export async function startStack(
     taskQueue,
     logger: silent,
     sweepIntervalMs: settings.SWEEP_INTERVAL,
+    plan: describePlan({
+      initialMs: settings.RETRY_INITIAL,
+      factor: settings.RETRY_FACTOR,
+      maxMs: settings.RETRY_MAX,
+      maxAttempts: settings.DELIVERY_MAX_ATTEMPTS,
+      timeoutMs: settings.DELIVERY_TIMEOUT,
+      deadlineMs: settings.DELIVERY_DEADLINE,
+    }),
   });
   const feed = new FeedNotifier(tdb.url, silent);
   await feed.start();
@@ -245,7 +259,11 @@ export async function connectDevServer() {
     throw new Error('TEST_TEMPORAL_ADDRESS is not set: run the tests through jest (global setup)');
   const { Connection, Client } = await import('@temporalio/client');
   const connection = await Connection.connect({ address });
-  const client = new Client({ connection, namespace: 'default' });
+  const client = new Client({
+    connection,
+    namespace: 'default',
+    interceptors: { workflow: [requestIdClientInterceptor] },
+  });
   const nativeConnection = await NativeConnection.connect({ address });
   return {
     client,

@@ -3,6 +3,8 @@ import { SendMessageRequest } from '@a2a-js/sdk';
 import { ClientFactory } from '@a2a-js/sdk/client';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { startTestAgent, type TestAgent } from '../helpers/agent';
+import { makeRegistrationWorkflowId } from '../../src/ids';
+import { RegistrationId, TaskId } from '../../src/workflows/search-attributes';
 import { makeTestTls } from '../helpers/tls';
 import { connectDevServer, eventually, json, startStack, type Json, type Stack } from '../helpers/harness';
 
@@ -140,6 +142,13 @@ describe.each(['JSONRPC', 'HTTP+JSON'] as const)(
         (x) => x.remoteState === 'TASK_STATE_WORKING',
       );
       expect(active).toMatchObject({ status: 'active', remoteTaskId: taskId, callbacks: { pending: 0 } });
+      // The Web UI finds the registration by the remote task id once it is known.
+      const handle = temporal.client.workflow.getHandle(makeRegistrationWorkflowId(reg.id));
+      const sa = await eventually(
+        () => handle.describe().then((d) => d.typedSearchAttributes),
+        (t) => t.get(TaskId) === taskId,
+      );
+      expect(sa.get(RegistrationId)).toBe(reg.id);
       agent.setState(taskId, 'TASK_STATE_COMPLETED');
       await agent.push(taskId);
       const done = await eventually(

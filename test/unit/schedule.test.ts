@@ -1,4 +1,4 @@
-import { nextStep, retryDelayMs, type RetrySettings } from '../../src/delivery/schedule';
+import { describePlan, nextStep, retryDelayMs, type RetrySettings } from '../../src/delivery/schedule';
 
 const S: RetrySettings = { initialMs: 30_000, factor: 3, maxMs: 6 * 3_600_000, maxAttempts: 8 };
 
@@ -36,4 +36,10 @@ describe('retry schedule', () => {
     expect(nextStep(1, 1_000, 1_000 + 29_999, 0.5, S)).toEqual({ kind: 'expired' });
     expect(nextStep(1, 1_000, 1_000 + 30_000, 0.5, S)).toEqual({ kind: 'wait', waitMs: 30_000 });
   });
+});
+
+it('describes the default attempt plan in words for the Web UI', () => {
+  expect(describePlan({ ...S, timeoutMs: 15_000, deadlineMs: 86_400_000 })).toBe(
+    'up to 8 attempts of at most 15 s each; waits 30 s × 3^(n−1) ± 20 % (at most 6 h, longer on Retry-After); deadline 24 h after the event',
+  );
 });

@@ -129,6 +129,9 @@ describe('delivery workflow (time-skipping)', () => {
     expect(Buffer.from(started!.userMetadata!.summary!.data!).toString()).toContain(
       `push task ${s.taskId} → host 127.0.0.1:`,
     );
+    expect(Buffer.from(started!.userMetadata!.details!.data!).toString()).toContain(
+      'up to 8 attempts of at most 15 s each',
+    );
     expect(await handle.query(deliveryStatusQuery)).toMatchObject({ status: 'delivered', attempts: 3 });
   });
 

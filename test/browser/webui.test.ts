@@ -1,0 +1,157 @@
+/**
+ * What an operator sees: Debian's chromium (driven by playwright-core) opens the dev server's Web UI,
+ * filters the workflow list by TaskId, finds the delivery workflow and reads its summary.
+ * Screenshots land in test-output/webui/. Run with `npx jest -c jest.browser.config.js`.
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { NativeConnection } from '@temporalio/worker';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { startDevServer, type DevServer } from '../../src/embedded/temporal';
+import { makeDeliveryWorkflowId } from '../../src/ids';
+import {
+  createConfig,
+  eventually,
+  jobRow,
+  quietTemporal,
+  startStack,
+  writeEvent,
+  type Stack,
+} from '../helpers/harness';
+import { startReceiver, type Receiver } from '../helpers/receiver';
+
+jest.setTimeout(90_000);
+
+// Debian's chromium; CHROMIUM_PATH overrides it (a missing path skips the check).
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const OUT_DIR = path.resolve(__dirname, '..', '..', 'test-output', 'webui');
+// Without the background-networking flags chromium keeps reaching outside (refused here).
+const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+const SKIP_REASON = `${CHROMIUM} is missing (apt-get install -y chromium, or run scripts/ci-browser.sh)`;
+const hasChromium = fs.existsSync(CHROMIUM);
+if (!hasChromium) console.warn(`Web UI browser check skipped: ${SKIP_REASON}`);
+const describeIfChromium = hasChromium ? describe : describe.skip;
+
+const freePort = () =>
+  new Promise<number>((resolve) => {
+    const s = net.createServer().listen(0, '127.0.0.1', () => {
+      const p = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(p));
+    });
+  });
+
+describeIfChromium(
+  hasChromium ? 'Temporal Web UI (chromium)' : `Temporal Web UI: skipped, ${SKIP_REASON}`,
+  () => {
+    let server: DevServer;
+    let connection: Connection;
+    let native: NativeConnection;
+    let stack: Stack;
+    let receiver: Receiver;
+    let context: BrowserContext;
+    let userDataDir: string;
+    const taskId = `webui-${crypto.randomBytes(4).toString('hex')}`;
+    const otherTaskId = `${taskId}-other`;
+
+    beforeAll(async () => {
+      quietTemporal();
+      const uiPort = await freePort();
+      server = await startDevServer({ port: await freePort(), uiPort });
+      connection = await Connection.connect({ address: server.address });
+      native = await NativeConnection.connect({ address: server.address });
+      receiver = await startReceiver({ script: () => ({ status: 200 }) });
+      stack = await startStack(
+        { client: new Client({ connection }), nativeConnection: native },
+        `webui-${crypto.randomBytes(3).toString('hex')}`,
+        { env: {} },
+      );
+      // The gRPC frontend answers before the UI server does.
+      await eventually(
+        () =>
+          fetch(`${server.uiUrl}/`)
+            .then((r) => r.status)
+            .catch(() => 0),
+        (s) => s === 200,
+        30_000,
+      );
+      fs.mkdirSync(OUT_DIR, { recursive: true });
+      userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'webui-chromium-'));
+      context = await chromium.launchPersistentContext(userDataDir, {
+        executablePath: CHROMIUM,
+        headless: true,
+        args: CHROMIUM_ARGS,
+        viewport: { width: 1440, height: 900 },
+      });
+    });
+    afterAll(async () => {
+      await context?.close();
+      if (userDataDir) fs.rmSync(userDataDir, { recursive: true, force: true });
+      await stack?.close();
+      await receiver?.close();
+      await native?.close();
+      await connection?.close();
+      await server?.stop();
+    });
+
+    it('finds the delivery workflow by TaskId and shows its summary', async () => {
+      const receiverHost = new URL(receiver.url).host;
+      await createConfig(stack, taskId, { id: 'c1', url: receiver.url });
+      await createConfig(stack, otherTaskId, { id: 'c1', url: receiver.url });
+      const ev = await writeEvent(stack, taskId, { task: { id: taskId } });
+      const other = await writeEvent(stack, otherTaskId, { task: { id: otherTaskId } });
+      const jobId = ev.deliveries[0]!.id;
+      const workflowId = makeDeliveryWorkflowId(jobId);
+      const otherWorkflowId = makeDeliveryWorkflowId(other.deliveries[0]!.id);
+      for (const id of [jobId, other.deliveries[0]!.id])
+        await eventually(
+          () => jobRow(stack, id),
+          (j) => j.status === 'delivered',
+        );
+
+      const page: Page = context.pages()[0] ?? (await context.newPage());
+      page.setDefaultTimeout(20_000);
+
+      // The list, filtered by our search attribute: this task's workflow, not the other task's.
+      const query = encodeURIComponent(`TaskId="${taskId}"`);
+      await page.goto(`${server.uiUrl}/namespaces/default/workflows?query=${query}`);
+      const link = page.getByRole('link', { name: workflowId, exact: true });
+      await link.waitFor();
+      expect(await page.getByText(otherWorkflowId).count()).toBe(0);
+      await page.screenshot({ path: path.join(OUT_DIR, 'workflows-list.png'), fullPage: true });
+
+      // The workflow page: the timeline labels the attempt's activity with its summary.
+      await link.click();
+      await page.getByRole('heading', { name: workflowId }).waitFor();
+      await page.getByText('attemptDelivery • attempt 1').first().waitFor();
+      await page.screenshot({ path: path.join(OUT_DIR, 'workflow.png'), fullPage: true });
+
+      // UI 2.54 shows the static summary (and the current details) under the "User Metadata" tab,
+      // each rendered as markdown in its own iframe.
+      await page.getByRole('tab', { name: 'User Metadata' }).click();
+      const summary = page
+        .frameLocator('#user-metadata-summary')
+        .getByText(`push task ${taskId} → host ${receiverHost}`, { exact: true });
+      await summary.waitFor();
+      expect(await summary.isVisible()).toBe(true);
+      await page
+        .frameLocator('#user-metadata-current-details')
+        .getByText('delivered (http_200) after 1 attempt(s)')
+        .waitFor();
+      await page.screenshot({ path: path.join(OUT_DIR, 'workflow-user-metadata.png'), fullPage: true });
+    });
+  },
+);

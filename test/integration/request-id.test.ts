@@ -1,0 +1,121 @@
+import crypto from 'node:crypto';
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { REDACT_PATHS } from '../../src/logger';
+import { startTestAgent, type TestAgent } from '../helpers/agent';
+import { connectDevServer, createConfig, eventually, json, startStack, type Stack } from '../helpers/harness';
+import { startReceiver, type Receiver } from '../helpers/receiver';
+
+jest.setTimeout(60_000);
+
+// Every line the service logs, parsed, through the same redaction the processes use.
+const lines: Array<Record<string, unknown>> = [];
+const sink = new Writable({
+  write(chunk: Buffer, _enc, cb) {
+    for (const l of chunk.toString().split('\n').filter(Boolean))
+      lines.push(JSON.parse(l) as Record<string, unknown>);
+    cb();
+  },
+});
+const logger = pino({ level: 'debug', redact: { paths: REDACT_PATHS, censor: '[redacted]' } }, sink);
+
+let temporal: Awaited<ReturnType<typeof connectDevServer>>;
+let stack: Stack;
+let receiver: Receiver;
+let agent: TestAgent;
+
+beforeAll(async () => {
+  temporal = await connectDevServer();
+  receiver = await startReceiver();
+  agent = await startTestAgent();
+  stack = await startStack(temporal, `reqid-${crypto.randomBytes(4).toString('hex')}`, { env: {}, logger });
+});
+afterAll(async () => {
+  await stack?.close();
+  await agent?.close();
+  await receiver?.close();
+  await temporal?.close();
+});
+
+it("an event write's request id reaches the delivery activity's log lines; no secret reaches any line", async () => {
+  await createConfig(stack, 'task-rid', {
+    id: 'c',
+    url: receiver.url,
+    token: 'tok-never-logged',
+    authentication: { scheme: 'Bearer', credentials: 'cred-never-logged' },
+  });
+  const res = await stack.api('/v1/tasks/task-rid/events', {
+    method: 'POST',
+    json: { streamResponse: { task: { id: 'task-rid' } } },
+    headers: { 'x-request-id': 'req-event-42' },
+  });
+  expect(res.status).toBe(202);
+  expect(res.headers.get('x-request-id')).toBe('req-event-42');
+  const { deliveries } = (await res.json()) as { deliveries: Array<{ id: string }> };
+  const id = deliveries[0]!.id;
+  await eventually(
+    () => json(stack.api(`/v1/deliveries/${id}`)),
+    (d) => d.status === 'delivered',
+  );
+  const attempt = await eventually(
+    async () => lines.find((l) => l.msg === 'delivery attempt' && l.jobId === id),
+    (l) => l !== undefined,
+  );
+  expect(attempt).toMatchObject({
+    requestId: 'req-event-42',
+    workflowId: `delivery-${id}`,
+    activity: 'attemptDelivery',
+    outcome: 'delivered',
+  });
+  const http = lines.find((l) => (l.req as { id?: string } | undefined)?.id === 'req-event-42');
+  expect(http).toBeDefined();
+  const text = JSON.stringify(lines);
+  expect(text).not.toContain('cred-never-logged');
+  expect(text).not.toContain('tok-never-logged');
+  expect(text).not.toContain(stack.apiKey);
+});
+
+it("a registration's request id reaches its workflow's activities", async () => {
+  agent.setState('rt-rid', 'TASK_STATE_WORKING');
+  const res = await stack.api('/v1/registrations', {
+    method: 'POST',
+    json: {
+      mode: 'separate',
+      remoteTaskId: 'rt-rid',
+      agent: { url: agent.url, bearerToken: 'agent-token-never-logged' },
+    },
+    headers: { 'x-request-id': 'req-reg-7' },
+  });
+  expect(res.status).toBe(201);
+  const reg = (await res.json()) as { id: string };
+  await eventually(
+    () => json(stack.api(`/v1/registrations/${reg.id}`)),
+    (r) => r.remoteState === 'TASK_STATE_WORKING',
+  );
+  const done = await eventually(
+    async () =>
+      lines.filter((l) => l.workflowId === `registration-${reg.id}` && l.msg === 'activity completed'),
+    (ls) => ls.length >= 2,
+  );
+  expect(done.every((l) => l.requestId === 'req-reg-7')).toBe(true);
+  expect(done.map((l) => l.activity)).toEqual(
+    expect.arrayContaining(['loadRegistration', 'setupRemotePushConfig']),
+  );
+  expect(JSON.stringify(lines)).not.toContain('agent-token-never-logged');
+});
+
+it('the logger redacts authorization headers, credentials and tokens wherever they appear', () => {
+  const before = lines.length;
+  logger.info(
+    {
+      req: { headers: { authorization: 'Bearer leak-1', 'x-a2a-notification-token': 'leak-2' } },
+      authentication: { scheme: 'Bearer', credentials: 'leak-3' },
+      config: { token: 'leak-4', authentication: { credentials: 'leak-5' } },
+      agent: { bearerToken: 'leak-6' },
+    },
+    'redaction probe',
+  );
+  const line = JSON.stringify(lines.slice(before));
+  expect(line).toContain('redaction probe');
+  for (let i = 1; i <= 6; i++) expect(line).not.toContain(`leak-${i}`);
+});

@@ -72,13 +72,23 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
   app.set('etag', false);
   app.use(requestLogger(deps));
   app.use(opsRoutes(registry, ready));
+  // Every answer of the callback route is counted once, here, whatever produced it (413 and 5xx too).
+  app.use('/a2a/push', (_req, res, next) => {
+    res.once('finish', () =>
+      inboxRequests.inc({
+        status: String(res.statusCode),
+        reason: (res.locals.reason as string | undefined) ?? 'other',
+      }),
+    );
+    next();
+  });
 
   const coalescer = new SignalCoalescer(async (t) => {
     await signalRegistration(deps.temporal, settings.TASK_QUEUE, t);
   });
 
   const answer = (res: Response, p: Problem, reason: string) => {
-    inboxRequests.inc({ status: String(p.status), reason });
+    res.locals.reason = reason;
     sendProblem(res, p);
   };
 
@@ -149,7 +159,7 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
       if (t.status !== 'pending' && t.status !== 'active') {
         // Late: answered 200 and only counted.
         await countLate(db, t.id);
-        inboxRequests.inc({ status: '200', reason: 'late' });
+        res.locals.reason = 'late';
         res.status(200).json({ status: 'late' });
         return;
       }
@@ -210,7 +220,7 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
           ),
           outcome,
         );
-      inboxRequests.inc({ status: '200', reason: outcome });
+      res.locals.reason = outcome;
       res.status(200).json({ status: outcome === 'stored' ? 'accepted' : 'late' });
       if (outcome === 'stored') coalescer.signal(t);
     };

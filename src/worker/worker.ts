@@ -29,11 +29,22 @@ export function installTemporalRuntime(logger: Logger): void {
   runtimeInstalled = true;
   const level: LogLevel = logger.isLevelEnabled('debug') ? 'INFO' : 'WARN';
   TemporalRuntime.install({
-    logger: new DefaultLogger(level, (entry) => {
-      const fn = entry.level === 'ERROR' ? 'error' : entry.level === 'WARN' ? 'warn' : 'debug';
-      logger[fn]({ ...(entry.meta ?? {}), source: 'temporal' }, entry.message);
-    }),
+    logger: temporalLogForwarder(logger),
     telemetryOptions: { logging: { filter: makeTelemetryFilterString({ core: level }), forward: {} } },
+  });
+}
+
+/**
+ * The SDK's logger, into pino: our workflows' own lines (with their request id, workflow id and run)
+ * at their level; the SDK's internals (bundler, worker state) only as warnings unless at debug.
+ */
+export function temporalLogForwarder(logger: Logger): DefaultLogger {
+  return new DefaultLogger('INFO', (entry) => {
+    const meta = entry.meta ?? {};
+    const ours = meta.sdkComponent === 'workflow';
+    if (!ours && entry.level !== 'WARN' && entry.level !== 'ERROR' && !logger.isLevelEnabled('debug')) return;
+    const fn = entry.level === 'ERROR' ? 'error' : entry.level === 'WARN' ? 'warn' : ours ? 'info' : 'debug';
+    logger[fn]({ ...meta, source: 'temporal' }, entry.message);
   });
 }
 

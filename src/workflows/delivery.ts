@@ -1,5 +1,6 @@
 import {
   condition,
+  log,
   proxyActivities,
   setCurrentDetails,
   setHandler,
@@ -57,6 +58,7 @@ export async function deliveryWorkflow({ jobId }: DeliveryInput): Promise<Delive
     }
     if (r.waitMs === undefined) {
       setCurrentDetails(`${r.status}${r.reason ? ` (${r.reason})` : ''} after ${r.attempts} attempt(s)`);
+      log.info('delivery finished', { jobId, status: r.status, attempts: r.attempts, reason: r.reason });
       return {
         status: r.status,
         attempts: r.attempts,

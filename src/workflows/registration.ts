@@ -1,6 +1,7 @@
 import {
   allHandlersFinished,
   condition,
+  log,
   continueAsNew,
   proxyActivities,
   setCurrentDetails,
@@ -60,6 +61,7 @@ export async function registrationWorkflow(input: RegistrationInput): Promise<Re
   setHandler(registrationStatusQuery, () => state);
 
   const end = async (r: RegistrationResult): Promise<RegistrationResult> => {
+    log.info('registration ended', { registrationId, ...r });
     state.phase = 'ended';
     state.status = r.status;
     setCurrentDetails(

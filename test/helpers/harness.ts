@@ -23,7 +23,7 @@ import { createRegistry } from '../../src/metrics';
 import { compilePolicy, createOutboundClient, type OutboundClient, type Resolver } from '../../src/outbound';
 import type { Runtime } from '../../src/runtime';
 import { Keyring } from '../../src/sealing/keyring';
-import { activitiesFor, activityLogInterceptor } from '../../src/worker/worker';
+import { activitiesFor, activityLogInterceptor, temporalLogForwarder } from '../../src/worker/worker';
 import { requestIdClientInterceptor } from '../../src/request-context';
 import { SEARCH_ATTRIBUTES } from '../../src/workflows/search-attributes';
 import pino from 'pino';
@@ -32,11 +32,11 @@ import { makeTestTls } from './tls';
 
 let runtimeInstalled = false;
 /** Keeps the Temporal core's own logging to warnings, so test output stays readable. */
-export function quietTemporal() {
+export function quietTemporal(forwardTo?: pino.Logger) {
   if (runtimeInstalled) return;
   runtimeInstalled = true;
   TemporalRuntime.install({
-    logger: new DefaultLogger('ERROR'),
+    logger: forwardTo ? temporalLogForwarder(forwardTo) : new DefaultLogger('ERROR'),
     telemetryOptions: {
       logging: { filter: makeTelemetryFilterString({ core: 'ERROR', other: 'ERROR' }), forward: {} },
     },

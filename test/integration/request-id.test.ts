@@ -3,7 +3,15 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { REDACT_PATHS } from '../../src/logger';
 import { startTestAgent, type TestAgent } from '../helpers/agent';
-import { connectDevServer, createConfig, eventually, json, startStack, type Stack } from '../helpers/harness';
+import {
+  connectDevServer,
+  createConfig,
+  eventually,
+  json,
+  quietTemporal,
+  startStack,
+  type Stack,
+} from '../helpers/harness';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 
 jest.setTimeout(60_000);
@@ -25,6 +33,8 @@ let receiver: Receiver;
 let agent: TestAgent;
 
 beforeAll(async () => {
+  // The SDK's logger goes to the same sink, so the workflows' own lines can be read too.
+  quietTemporal(logger);
   temporal = await connectDevServer();
   receiver = await startReceiver();
   agent = await startTestAgent();
@@ -66,6 +76,19 @@ it("an event write's request id reaches the delivery activity's log lines; no se
     workflowId: `delivery-${id}`,
     activity: 'attemptDelivery',
     outcome: 'delivered',
+  });
+  // The workflow's own log line carries the request id too (the workflow interceptor's log attributes).
+  const finished = await eventually(
+    async () =>
+      lines.find(
+        (l) => l.message === 'delivery finished' || (l.msg === 'delivery finished' && l.jobId === id),
+      ),
+    (l) => l !== undefined,
+  );
+  expect(finished).toMatchObject({
+    requestId: 'req-event-42',
+    workflowId: `delivery-${id}`,
+    status: 'delivered',
   });
   const http = lines.find((l) => (l.req as { id?: string } | undefined)?.id === 'req-event-42');
   expect(http).toBeDefined();

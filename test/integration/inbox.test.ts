@@ -197,3 +197,22 @@ describe('inbox checks after authentication', () => {
     expect((await callback(a.url, { headers: { authorization: 'Bearer nope' } })).status).toBe(401);
   });
 });
+
+describe('inbox metrics', () => {
+  it('counts every callback answer by status and reason, 413 and 401 included', async () => {
+    const res = await undiciFetch(`${stack.inboxUrl}/metrics`, { dispatcher: tlsAgent });
+    const text = await res.text();
+    const count = (status: string, reason: string) => {
+      const m = new RegExp(
+        `a2a_push_inbox_requests_total\\{[^}]*status="${status}"[^}]*reason="${reason}"[^}]*\\} (\\d+)`,
+      ).exec(text);
+      return m ? Number(m[1]) : 0;
+    };
+    expect(count('401', 'unauthorized')).toBeGreaterThanOrEqual(6);
+    expect(count('413', 'other')).toBeGreaterThanOrEqual(1);
+    expect(count('415', 'media_type')).toBeGreaterThanOrEqual(1);
+    expect(count('429', 'bound_registration')).toBeGreaterThanOrEqual(1);
+    expect(count('200', 'stored')).toBeGreaterThanOrEqual(1);
+    expect(count('200', 'late')).toBeGreaterThanOrEqual(1);
+  });
+});

@@ -20,6 +20,7 @@ import { Agent as UndiciAgent, fetch as undiciFetch } from 'undici';
 import {
   TaskState,
   taskStateFromJSON,
+  taskStateToJSON,
   type AgentCard,
   type StreamResponse,
   type Task,
@@ -67,11 +68,32 @@ export interface AgentPushConfig {
   authentication?: { scheme: string; credentials: string };
 }
 
+/** One POST the SDK's push sender made, as it left the sender (headers as the sender set them). */
+export interface AgentPushRecord {
+  url: string;
+  headers: Record<string, string>;
+  body: string;
+  at: number;
+  /** the answer's status; 0 when there was none (the error is in `error`) */
+  status: number;
+  answeredAt: number;
+  error?: string;
+}
+
 export interface TestAgent {
   /** A2A base URL, https://127.0.0.1:PORT */
   url: string;
   /** every request received, in order */
   calls: AgentCall[];
+  /** every POST the agent's push sender made, in order (from SendMessage runs and push() alike) */
+  pushLog: AgentPushRecord[];
+  /**
+   * With `commanded`: publishes the state as a statusUpdate on the running task's event bus, so the
+   * SDK's request handler stores it and its sender pushes it; a terminal state ends the task, and
+   * INPUT_REQUIRED waits for a follow-up SendMessage to the task (which resumes it in WORKING).
+   * Resolves once the SDK has stored it (GetTask answers it).
+   */
+  command(taskId: string, state: AgentTaskState): Promise<void>;
   /** create or update a task the agent reports on GetTask (sends no push) */
   setState(taskId: string, state: AgentTaskState): void;
   /** the task's configs as the agent's push store holds them */
@@ -94,6 +116,11 @@ export interface TestAgentOptions {
   tls?: TestTls;
   /** default: a free port */
   port?: number;
+  /**
+   * Tasks started by SendMessage stay in WORKING and wait for command(); by default the executor
+   * answers WORKING and finishes, and tests drive states with setState and push.
+   */
+  commanded?: boolean;
 }
 
 const JSONRPC_PATH = '/a2a/jsonrpc';
@@ -103,7 +130,11 @@ const OWNER = 'test-agent';
 
 // ---- the global fetch the SDK's push sender uses -------------------------------------------------
 
-type PushObserver = (url: string, status: number) => void;
+type PushObserver = (
+  url: string,
+  status: number,
+  sent: { headers: Record<string, string>; body: string; at: number; error?: string },
+) => void;
 const trust = {
   refs: 0,
   original: undefined as typeof globalThis.fetch | undefined,
@@ -134,17 +165,26 @@ function installTrustingFetch(caPem: string): void {
       input instanceof globalThis.Request
         ? { method: input.method, headers: [...input.headers], body: input.body, duplex: 'half' }
         : {};
-    const options = {
+    const options: Record<string, unknown> = {
       ...fromRequest,
       ...(init as Record<string, unknown>),
       dispatcher: trustingDispatcher(),
     };
+    const sent = {
+      headers: Object.fromEntries(new Headers(options.headers as ConstructorParameters<typeof Headers>[0])),
+      body: typeof options.body === 'string' ? options.body : '',
+      at: Date.now(),
+    };
     try {
       const res = await undiciFetch(url, options as Parameters<typeof undiciFetch>[1]);
-      for (const observe of trust.observers) observe(url, res.status);
+      for (const observe of trust.observers) observe(url, res.status, sent);
       return res as unknown as Response;
     } catch (err) {
-      for (const observe of trust.observers) observe(url, 0);
+      for (const observe of trust.observers)
+        observe(url, 0, {
+          ...sent,
+          error: err instanceof Error ? `${err.name}: ${err.message}` : String(err),
+        });
       throw err;
     }
   };
@@ -166,6 +206,8 @@ async function uninstallTrustingFetch(): Promise<void> {
 /** The SDK's store, mirrored into a Map so tests can read it synchronously. */
 class MirroredPushStore extends InMemoryPushNotificationStore {
   readonly mirror = new Map<string, TaskPushNotificationConfig[]>();
+  /** every URL a config was ever saved with */
+  readonly everSeen = new Set<string>();
   constructor() {
     super(() => OWNER);
   }
@@ -174,6 +216,7 @@ class MirroredPushStore extends InMemoryPushNotificationStore {
     ctx: ServerCallContext,
     cfg: TaskPushNotificationConfig,
   ): Promise<void> {
+    this.everSeen.add(cfg.url);
     await super.save(taskId, ctx, cfg);
     this.mirror.set(taskId, await super.load(taskId, ctx));
   }
@@ -210,7 +253,7 @@ function header(req: ExpressRequest, name: string): string | undefined {
 // ---- the agent --------------------------------------------------------------------------------
 
 /** Answers any message with a task in WORKING; the tests drive states with setState. */
-const executor: AgentExecutor = {
+const finishingExecutor: AgentExecutor = {
   async execute(ctx, bus) {
     bus.publish(
       AgentEvent.task({
@@ -232,6 +275,72 @@ const executor: AgentExecutor = {
     return undefined;
   },
 };
+
+const TERMINAL: ReadonlySet<string> = new Set([
+  'TASK_STATE_COMPLETED',
+  'TASK_STATE_FAILED',
+  'TASK_STATE_CANCELED',
+  'TASK_STATE_REJECTED',
+]);
+
+/** Answers WORKING, then publishes each commanded state until a terminal one ends the task. */
+function commandedExecutor(waiters: Map<string, Array<(s: AgentTaskState) => void>>): AgentExecutor {
+  const next = (taskId: string) =>
+    new Promise<AgentTaskState>((resolve) => {
+      const list = waiters.get(taskId) ?? [];
+      list.push(resolve);
+      waiters.set(taskId, list);
+    });
+  const status = (state: AgentTaskState) => ({
+    state: taskStateFromJSON(state),
+    message: undefined,
+    timestamp: new Date().toISOString(),
+  });
+  return {
+    async execute(ctx, bus) {
+      // A new task starts in WORKING; a follow-up message to an interrupted task resumes it in WORKING.
+      if (ctx.task === undefined)
+        bus.publish(
+          AgentEvent.task({
+            id: ctx.taskId,
+            contextId: ctx.contextId,
+            status: status('TASK_STATE_WORKING'),
+            artifacts: [],
+            history: [ctx.userMessage],
+            metadata: undefined,
+          }),
+        );
+      else
+        bus.publish(
+          AgentEvent.statusUpdate({
+            taskId: ctx.taskId,
+            contextId: ctx.contextId,
+            status: status('TASK_STATE_WORKING'),
+            metadata: undefined,
+          }),
+        );
+      for (;;) {
+        const state = await next(ctx.taskId);
+        bus.publish(
+          AgentEvent.statusUpdate({
+            taskId: ctx.taskId,
+            contextId: ctx.contextId,
+            status: status(state),
+            metadata: undefined,
+          }),
+        );
+        // The SDK ends this request's event stream at INPUT_REQUIRED; the follow-up message resumes.
+        if (state === 'TASK_STATE_INPUT_REQUIRED') return;
+        if (TERMINAL.has(state)) break;
+      }
+      waiters.delete(ctx.taskId);
+      bus.finished();
+    },
+    async cancelTask() {
+      return undefined;
+    },
+  };
+}
 
 export async function startTestAgent(o: TestAgentOptions = {}): Promise<TestAgent> {
   const tls = o.tls ?? makeTestTls();
@@ -279,6 +388,8 @@ export async function startTestAgent(o: TestAgentOptions = {}): Promise<TestAgen
   const taskStore = new InMemoryTaskStore(() => OWNER);
   const pushStore = new MirroredPushStore();
   const sender = new DefaultPushNotificationSender(pushStore);
+  const waiters = new Map<string, Array<(s: AgentTaskState) => void>>();
+  const executor = o.commanded ? commandedExecutor(waiters) : finishingExecutor;
   const handler = new DefaultRequestHandler(card, taskStore, executor, undefined, pushStore, sender);
   const ctx = (): ServerCallContext => new ServerCallContext({ requestedVersion: '1.0' });
 
@@ -333,10 +444,32 @@ export async function startTestAgent(o: TestAgentOptions = {}): Promise<TestAgen
 
   installTrustingFetch(tls.caPem);
   let closed = false;
+  // Every push the sender makes goes to a URL that was once in this agent's push store.
+  const pushLog: AgentPushRecord[] = [];
+  const logPush: PushObserver = (u, status, sent) => {
+    if (pushStore.everSeen.has(u)) pushLog.push({ url: u, ...sent, status, answeredAt: Date.now() });
+  };
+  trust.observers.add(logPush);
 
   return {
     url,
     calls,
+    pushLog,
+    async command(taskId, state) {
+      const until = Date.now() + 5000;
+      // A resumed task's executor starts waiting a moment after the follow-up message is answered.
+      while (!waiters.get(taskId)?.length) {
+        if (Date.now() > until) throw new Error(`test agent: task ${taskId} is not waiting for a command`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      waiters.get(taskId)!.shift()!(state);
+      for (;;) {
+        const t = await taskStore.load(taskId, ctx());
+        if (t?.status && taskStateToJSON(t.status.state) === state) return;
+        if (Date.now() > until) throw new Error(`test agent: task ${taskId} did not reach ${state}`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    },
     setState(taskId, state) {
       const task: Task = {
         id: taskId,
@@ -379,6 +512,7 @@ export async function startTestAgent(o: TestAgentOptions = {}): Promise<TestAgen
     async close() {
       if (closed) return;
       closed = true;
+      trust.observers.delete(logPush);
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         for (const s of sockets) s.destroy();

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
@@ -13,6 +13,8 @@ declare global {
 
 /** One Postgres and one Temporal dev server for the whole run; each test file makes its own database. */
 export default async function globalSetup(): Promise<void> {
+  // The interop tests' Python SDK environment: made by postinstall, and here when it is missing (quick when present).
+  execFileSync(process.execPath, [path.join(ROOT, 'scripts', 'install-python-sdk.js')], { stdio: 'inherit' });
   const child = spawn(
     process.execPath,
     ['-r', 'ts-node/register/transpile-only', path.join(__dirname, 'test-services.ts'), '--temporal'],

@@ -63,6 +63,16 @@ export interface StackOptions {
   resolver?: Resolver;
   /** Where the service logs (silent by default). */
   logger?: pino.Logger;
+  /** Sees every request the inbox answers, with the headers as they arrived and the answer's status. */
+  inboxTap?: (seen: InboxSeen) => void;
+}
+
+export interface InboxSeen {
+  method: string;
+  path: string;
+  headers: http.IncomingHttpHeaders;
+  status: number;
+  at: number;
 }
 
 export interface Stack {
@@ -156,7 +166,22 @@ export async function startStack(
   const inbox = createInboxApp({ ...rt, temporal: temporal.client }, createRegistry('inbox'), async () => ({
     postgres: true,
   }));
-  inboxServer.on('request', inbox.app);
+  inboxServer.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const tap = o.inboxTap;
+    if (tap) {
+      const at = Date.now();
+      res.once('finish', () =>
+        tap({
+          method: req.method ?? '',
+          path: req.url ?? '',
+          headers: req.headers,
+          status: res.statusCode,
+          at,
+        }),
+      );
+    }
+    inbox.app(req, res);
+  });
   const server = http.createServer(app);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   const apiUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;

@@ -1,0 +1,52 @@
+#!/usr/bin/env node
+// Creates the Python virtual environment of the interop tests in .tools/a2a-py with the reference
+// A2A SDK (a2a-sdk[http-server]==1.3.0) and uvicorn from PyPI, pinned in test/interop/requirements.txt.
+// Idempotent and quick when present: a stamp file records the requirements it was built from.
+'use strict';
+const { execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const path = require('node:path');
+
+const root = path.resolve(__dirname, '..');
+const venv = path.join(root, '.tools', 'a2a-py');
+const requirements = path.join(root, 'test', 'interop', 'requirements.txt');
+const stamp = path.join(venv, '.a2a-push-requirements');
+const python = path.join(venv, 'bin', 'python');
+
+function installed() {
+  try {
+    return fs.existsSync(python) && fs.readFileSync(stamp, 'utf8') === fs.readFileSync(requirements, 'utf8');
+  } catch {
+    return false;
+  }
+}
+
+function install() {
+  if (installed()) return;
+  const base = process.env.PYTHON || 'python3';
+  console.log(
+    `a2a-push: creating ${path.relative(root, venv)} with the Python A2A SDK (${path.relative(root, requirements)})`,
+  );
+  try {
+    if (!fs.existsSync(python)) execFileSync(base, ['-m', 'venv', venv], { stdio: 'inherit' });
+    execFileSync(
+      python,
+      ['-m', 'pip', 'install', '--quiet', '--disable-pip-version-check', '-r', requirements],
+      { stdio: 'inherit' },
+    );
+    execFileSync(python, ['-c', 'import a2a.server.tasks, uvicorn, starlette'], { stdio: 'inherit' });
+  } catch (err) {
+    throw new Error(`a2a-push: could not create the Python A2A SDK environment: ${err.message}`);
+  }
+  fs.copyFileSync(requirements, stamp);
+}
+
+module.exports = { install, installed, venvPython: python };
+if (require.main === module) {
+  try {
+    install();
+  } catch (err) {
+    console.error(err.message);
+    process.exit(1);
+  }
+}

@@ -14,6 +14,7 @@ import {
   type Json,
   type Stack,
 } from '../helpers/harness';
+import { startReceiver } from '../helpers/receiver';
 import {
   closeClientFetch,
   sendMessage,
@@ -386,5 +387,48 @@ describe.each(['js', 'python'] as PeerKind[])('%s reference SDK agent against ou
         ?.replace(/[0-9a-f-]{36}/g, '<id>')
         .replace(/https:\/\/\S+/g, '<url>'),
     };
+  });
+});
+
+describe('each reference SDK sender against a receiver that never answers', () => {
+  it('gives up after its timeout (JS 5 s, Python httpx 5 s), once, and only logs it', async () => {
+    const hanging = await startReceiver({ path: '/hang', script: () => ({ hang: true }) });
+    const peers = await Promise.all((['js', 'python'] as PeerKind[]).map((k) => startPeer(k)));
+    try {
+      const results = await Promise.all(
+        peers.map(async (agent) => {
+          const url = `${hanging.url}/${agent.kind}`;
+          const t0 = Date.now();
+          await sendMessage(agent.url, {
+            id: 'hang',
+            url,
+            authentication: { scheme: 'Bearer', credentials: 'x' },
+          });
+          // Python logs the failure when its client gives up; JS records the failed fetch.
+          const errors = await eventually(
+            () => agent.senderErrors(),
+            (e) => e.length >= 1,
+            15_000,
+          );
+          const gaveUpAfterMs = Date.now() - t0;
+          await sleep(1000);
+          const arrived = hanging.requests.filter((r) => r.path === `/hang/${agent.kind}`);
+          return { kind: agent.kind, gaveUpAfterMs, attempts: arrived.length, logged: errors[0]! };
+        }),
+      );
+      for (const r of results) {
+        expect(r.attempts).toBe(1);
+        expect(r.gaveUpAfterMs).toBeGreaterThanOrEqual(4500);
+        expect(r.gaveUpAfterMs).toBeLessThan(9000);
+        measured[`${r.kind}.timeout`] = {
+          gaveUpAfterMs: r.gaveUpAfterMs,
+          attempts: r.attempts,
+          logged: r.logged.replace(/[0-9a-f-]{36}/g, '<id>').replace(/https:\/\/\S+/g, '<url>'),
+        };
+      }
+    } finally {
+      await Promise.all(peers.map((p) => p.close()));
+      await hanging.close();
+    }
   });
 });

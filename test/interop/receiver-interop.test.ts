@@ -102,6 +102,12 @@ function describeHeaders(s: InboxSeen, credential: string, token?: string) {
     a2aVersion: h['a2a-version'] ?? null,
     userAgent: h['user-agent'] ?? null,
     names: Object.keys(h).sort(),
+    /** the HTTP client's own headers, as they arrived */
+    client: Object.fromEntries(
+      ['accept', 'accept-encoding', 'accept-language', 'sec-fetch-mode', 'connection']
+        .filter((n) => h[n] !== undefined)
+        .map((n) => [n, h[n]]),
+    ),
   };
 }
 
@@ -196,13 +202,18 @@ describe.each(['js', 'python'] as PeerKind[])('%s reference SDK agent → our in
       expect(h.authorization).toBe('Bearer <callback credential>');
       expect(h.a2aVersion).toBeNull();
     }
-    if (kind === 'js') {
-      expect(headers[0]).toMatchObject({ contentType: 'application/a2a+json', notificationToken: null });
-    } else {
-      expect(headers[0]).toMatchObject({
-        contentType: 'application/json',
-        notificationToken: '<config token>',
-      });
+    // The differences docs/interop.md records: media type, the token header, the HTTP client.
+    for (const h of headers) {
+      if (kind === 'js') {
+        expect(h).toMatchObject({
+          contentType: 'application/a2a+json',
+          notificationToken: null,
+          userAgent: 'undici',
+        });
+      } else {
+        expect(h).toMatchObject({ contentType: 'application/json', notificationToken: '<config token>' });
+        expect(h.userAgent).toMatch(/^python-httpx\//);
+      }
     }
     // Our workflow reached the agent through the SDK client, A2A-Version on every call.
     const methods = await agent.methods();

@@ -19,6 +19,7 @@ import { startPythonAgent } from '../helpers/python';
 import { makeTestTls } from '../helpers/tls';
 
 export type PeerKind = 'js' | 'python';
+export type Binding = 'JSONRPC' | 'HTTP+JSON';
 
 /** One POST the agent's own push sender made, with the answer it got (status 0: none). */
 export interface SentPush {
@@ -37,7 +38,7 @@ export interface AgentPeer {
   /** the pushes its SDK sender made to this URL, in order */
   pushesTo(url: string): Promise<SentPush[]>;
   /** the A2A methods called on it, in order ('GetTask', 'CreateTaskPushNotificationConfig', …) */
-  methods(): Promise<Array<{ method: string; a2aVersion?: string }>>;
+  methods(): Promise<Array<{ method: string; binding: Binding; a2aVersion?: string }>>;
   /** its push store's configs for the task */
   configs(taskId: string): Promise<Array<{ id: string; url: string; scheme?: string; credentials?: string }>>;
   /** what its sender logged about failed pushes */
@@ -100,9 +101,18 @@ export async function sendMessage(
   return sent.id;
 }
 
-export async function startPeer(kind: PeerKind): Promise<AgentPeer> {
+const JS_METHODS: Record<string, string> = {
+  getTask: 'GetTask',
+  createPushConfig: 'CreateTaskPushNotificationConfig',
+  deletePushConfig: 'DeleteTaskPushNotificationConfig',
+  sendMessage: 'SendMessage',
+};
+const bindingOf = (path: string): Binding => (path.startsWith('/a2a/rest') ? 'HTTP+JSON' : 'JSONRPC');
+
+/** An agent on the kind's SDK whose card lists `binding` first (the one our client and the test's use). */
+export async function startPeer(kind: PeerKind, binding: Binding = 'JSONRPC'): Promise<AgentPeer> {
   if (kind === 'js') {
-    const agent = await startTestAgent({ commanded: true });
+    const agent = await startTestAgent({ commanded: true, transport: binding });
     const errors: string[] = [];
     // The JS SDK's sender reports a failed push only through console.error; observed, not replaced.
     const original = console.error;
@@ -124,7 +134,8 @@ export async function startPeer(kind: PeerKind): Promise<AgentPeer> {
         return agent.calls
           .filter((c) => c.kind !== 'card')
           .map((c) => ({
-            method: c.rpcMethod ?? c.kind,
+            method: c.rpcMethod ?? JS_METHODS[c.kind] ?? 'other',
+            binding: bindingOf(c.path),
             ...(c.a2aVersion !== undefined ? { a2aVersion: c.a2aVersion } : {}),
           }));
       },
@@ -144,7 +155,7 @@ export async function startPeer(kind: PeerKind): Promise<AgentPeer> {
       },
     };
   }
-  const agent = await startPythonAgent();
+  const agent = await startPythonAgent({ transport: binding });
   const REST_METHODS: Array<[RegExp, string]> = [
     [/^GET \/a2a\/rest\/tasks\/[^/]+$/, 'GetTask'],
     [/^POST \/a2a\/rest\/tasks\/[^/]+\/pushNotificationConfigs$/, 'CreateTaskPushNotificationConfig'],
@@ -175,6 +186,7 @@ export async function startPeer(kind: PeerKind): Promise<AgentPeer> {
         .map((c) => ({
           method:
             c.rpcMethod ?? REST_METHODS.find(([re]) => re.test(`${c.method} ${c.path}`))?.[1] ?? 'other',
+          binding: bindingOf(c.path),
           ...(c.a2aVersion !== null ? { a2aVersion: c.a2aVersion } : {}),
         }));
     },

@@ -21,6 +21,7 @@ import {
   startPeer,
   writeMeasurements,
   type AgentPeer,
+  type Binding,
   type PeerKind,
 } from './peers';
 
@@ -113,176 +114,190 @@ function describeHeaders(s: InboxSeen, credential: string, token?: string) {
 
 const payloadKinds = (bodies: string[]) => bodies.map((b) => Object.keys(JSON.parse(b) as object)[0]);
 
-describe.each(['js', 'python'] as PeerKind[])('%s reference SDK agent → our inbox and workflow', (kind) => {
-  let agent: AgentPeer;
-  beforeAll(async () => {
-    agent = await startPeer(kind);
-  });
-  afterAll(async () => {
-    await agent?.close();
-  });
-
-  /** WORKING → INPUT_REQUIRED → COMPLETED, each step pushed by the agent and confirmed by our GetTask. */
-  async function driveToCompletion(reg: Json, taskId: string) {
-    const inputAt = Date.now();
-    await agent.command(taskId, 'TASK_STATE_INPUT_REQUIRED');
-    await eventually(
-      () => feedOf(pushStack, reg.id),
-      (items) => items.some((i) => i.state === 'TASK_STATE_INPUT_REQUIRED'),
-      15_000,
-    );
-    const inputMs = Date.now() - inputAt;
-    // nr-llm answers the agent's question: a follow-up message resumes the task in WORKING.
-    expect(await sendMessage(agent.url, undefined, taskId)).toBe(taskId);
-    await until(pushStack, reg.id, (r) => r.remoteState === 'TASK_STATE_WORKING');
-    const completedAt = Date.now();
-    await agent.command(taskId, 'TASK_STATE_COMPLETED');
-    const done = await until(pushStack, reg.id, (r) => r.status === 'resolved', 15_000);
-    const completedMs = Date.now() - completedAt;
-    expect(done).toMatchObject({
-      status: 'resolved',
-      remoteState: 'TASK_STATE_COMPLETED',
-      remoteTaskId: taskId,
+describe.each([
+  ['js', 'JSONRPC'],
+  ['js', 'HTTP+JSON'],
+  ['python', 'JSONRPC'],
+  ['python', 'HTTP+JSON'],
+] as Array<[PeerKind, Binding]>)(
+  '%s reference SDK agent over %s → our inbox and workflow',
+  (kind, binding) => {
+    let agent: AgentPeer;
+    beforeAll(async () => {
+      agent = await startPeer(kind, binding);
     });
-    // Well inside POLL_INITIAL (30 s): the pushes made our workflow call GetTask.
-    expect(inputMs).toBeLessThan(15_000);
-    expect(completedMs).toBeLessThan(15_000);
-    await sleep(500);
-    const feed = await feedOf(pushStack, reg.id);
-    expect(feed.map((i) => [i.kind, i.state, i.terminal])).toEqual([
-      ['state', 'TASK_STATE_INPUT_REQUIRED', false],
-      ['state', 'TASK_STATE_COMPLETED', true],
-    ]);
-    expect(feed.every((i) => i.remoteTaskId === taskId)).toBe(true);
-    return { inputMs, completedMs, callbacks: done.callbacks };
-  }
-
-  it('embedded: our config rides in SendMessage; the SDK pushes each state to the inbox; GetTask resolves it once', async () => {
-    const reg = await register(pushStack, { mode: 'embedded', agent: { url: agent.url } });
-    const cfg = reg.pushNotificationConfig;
-    const credential: string = cfg.authentication.credentials;
-    // nr-llm's own token beside our credential: the Python SDK sends it as X-A2A-Notification-Token.
-    const token = `nr-llm-token-${kind}`;
-    const taskId = await sendMessage(agent.url, {
-      id: cfg.id,
-      url: cfg.url,
-      token,
-      authentication: cfg.authentication,
+    afterAll(async () => {
+      await agent?.close();
     });
-    // The SDK pushed {task: WORKING} at once; it is kept against the pending registration.
-    const pending = await until(pushStack, reg.id, (r) => r.callbacks.received >= 1);
-    expect(pending.status).toBe('pending');
-    expect(
-      await json(
-        pushStack.api(`/v1/registrations/${reg.id}/remote-task`, {
-          method: 'POST',
-          json: { remoteTaskId: taskId },
-        }),
-      ),
-    ).toMatchObject({ status: 'active' });
-    const active = await until(pushStack, reg.id, (r) => r.remoteState === 'TASK_STATE_WORKING');
-    expect(active).toMatchObject({ status: 'active', callbacks: { pending: 0 } });
 
-    const timing = await driveToCompletion(reg, taskId);
-
-    const pushes = await agent.pushesTo(cfg.url);
-    expect(payloadKinds(pushes.map((p) => p.body))).toEqual([
-      'task',
-      'statusUpdate',
-      'statusUpdate',
-      'statusUpdate',
-    ]);
-    expect(pushes.map((p) => p.status)).toEqual([200, 200, 200, 200]);
-    const arrived = inboxSaw(pushStack, reg.id);
-    expect(arrived.map((s) => s.status)).toEqual([200, 200, 200, 200]);
-    expect(timing.callbacks).toMatchObject({ received: 4, pending: 0 });
-    expect(await storedCallbacks(pushStack, reg.id)).toBe(4);
-    const headers = arrived.map((s) => describeHeaders(s, credential, token));
-    for (const h of headers) {
-      expect(h.authorization).toBe('Bearer <callback credential>');
-      expect(h.a2aVersion).toBeNull();
+    /** WORKING → INPUT_REQUIRED → COMPLETED, each step pushed by the agent and confirmed by our GetTask. */
+    async function driveToCompletion(reg: Json, taskId: string) {
+      const inputAt = Date.now();
+      await agent.command(taskId, 'TASK_STATE_INPUT_REQUIRED');
+      await eventually(
+        () => feedOf(pushStack, reg.id),
+        (items) => items.some((i) => i.state === 'TASK_STATE_INPUT_REQUIRED'),
+        15_000,
+      );
+      const inputMs = Date.now() - inputAt;
+      // nr-llm answers the agent's question: a follow-up message resumes the task in WORKING.
+      expect(await sendMessage(agent.url, undefined, taskId)).toBe(taskId);
+      await until(pushStack, reg.id, (r) => r.remoteState === 'TASK_STATE_WORKING');
+      const completedAt = Date.now();
+      await agent.command(taskId, 'TASK_STATE_COMPLETED');
+      const done = await until(pushStack, reg.id, (r) => r.status === 'resolved', 15_000);
+      const completedMs = Date.now() - completedAt;
+      expect(done).toMatchObject({
+        status: 'resolved',
+        remoteState: 'TASK_STATE_COMPLETED',
+        remoteTaskId: taskId,
+      });
+      // Well inside POLL_INITIAL (30 s): the pushes made our workflow call GetTask.
+      expect(inputMs).toBeLessThan(15_000);
+      expect(completedMs).toBeLessThan(15_000);
+      await sleep(500);
+      const feed = await feedOf(pushStack, reg.id);
+      expect(feed.map((i) => [i.kind, i.state, i.terminal])).toEqual([
+        ['state', 'TASK_STATE_INPUT_REQUIRED', false],
+        ['state', 'TASK_STATE_COMPLETED', true],
+      ]);
+      expect(feed.every((i) => i.remoteTaskId === taskId)).toBe(true);
+      return { inputMs, completedMs, callbacks: done.callbacks };
     }
-    // The differences docs/interop.md records: media type, the token header, the HTTP client.
-    for (const h of headers) {
-      if (kind === 'js') {
-        expect(h).toMatchObject({
-          contentType: 'application/a2a+json',
-          notificationToken: null,
-          userAgent: 'undici',
-        });
-      } else {
-        expect(h).toMatchObject({ contentType: 'application/json', notificationToken: '<config token>' });
-        expect(h.userAgent).toMatch(/^python-httpx\//);
+
+    it('embedded: our config rides in SendMessage; the SDK pushes each state to the inbox; GetTask resolves it once', async () => {
+      const reg = await register(pushStack, { mode: 'embedded', agent: { url: agent.url } });
+      const cfg = reg.pushNotificationConfig;
+      const credential: string = cfg.authentication.credentials;
+      // nr-llm's own token beside our credential: the Python SDK sends it as X-A2A-Notification-Token.
+      const token = `nr-llm-token-${kind}`;
+      const taskId = await sendMessage(agent.url, {
+        id: cfg.id,
+        url: cfg.url,
+        token,
+        authentication: cfg.authentication,
+      });
+      // The SDK pushed {task: WORKING} at once; it is kept against the pending registration.
+      const pending = await until(pushStack, reg.id, (r) => r.callbacks.received >= 1);
+      expect(pending.status).toBe('pending');
+      expect(
+        await json(
+          pushStack.api(`/v1/registrations/${reg.id}/remote-task`, {
+            method: 'POST',
+            json: { remoteTaskId: taskId },
+          }),
+        ),
+      ).toMatchObject({ status: 'active' });
+      const active = await until(pushStack, reg.id, (r) => r.remoteState === 'TASK_STATE_WORKING');
+      expect(active).toMatchObject({ status: 'active', callbacks: { pending: 0 } });
+
+      const timing = await driveToCompletion(reg, taskId);
+
+      const pushes = await agent.pushesTo(cfg.url);
+      expect(payloadKinds(pushes.map((p) => p.body))).toEqual([
+        'task',
+        'statusUpdate',
+        'statusUpdate',
+        'statusUpdate',
+      ]);
+      expect(pushes.map((p) => p.status)).toEqual([200, 200, 200, 200]);
+      const arrived = inboxSaw(pushStack, reg.id);
+      expect(arrived.map((s) => s.status)).toEqual([200, 200, 200, 200]);
+      expect(timing.callbacks).toMatchObject({ received: 4, pending: 0 });
+      expect(await storedCallbacks(pushStack, reg.id)).toBe(4);
+      const headers = arrived.map((s) => describeHeaders(s, credential, token));
+      for (const h of headers) {
+        expect(h.authorization).toBe('Bearer <callback credential>');
+        expect(h.a2aVersion).toBeNull();
       }
-    }
-    // Our workflow reached the agent through the SDK client, A2A-Version on every call.
-    const methods = await agent.methods();
-    expect(methods.map((m) => m.method)).toEqual(expect.arrayContaining(['SendMessage', 'GetTask']));
-    for (const m of methods.filter((x) => x.method === 'GetTask')) expect(m.a2aVersion).toBe('1.0');
-    // At resolution our service deleted its config on the agent.
-    await eventually(
-      () => agent.configs(taskId),
-      (cs) => cs.length === 0,
-    );
-    measured[`${kind}.embedded`] = {
-      headers: headers[0],
-      payloads: payloadKinds(pushes.map((p) => p.body)),
-      firstBody: JSON.parse(pushes[0]!.body),
-      inboxAnswers: arrived.map((s) => s.status),
-      msFromCommandToFeed: { inputRequired: timing.inputMs, completed: timing.completedMs },
-      agentMethods: methods,
-    };
-  });
-
-  it('separate: our service creates the config on the agent (CreateTaskPushNotificationConfig); the SDK pushes; it resolves once', async () => {
-    const taskId = await sendMessage(agent.url);
-    const reg = await register(pushStack, {
-      mode: 'separate',
-      remoteTaskId: taskId,
-      agent: { url: agent.url, bearerToken: 'nr-llm-agent-token' },
+      // The differences docs/interop.md records: media type, the token header, the HTTP client.
+      for (const h of headers) {
+        if (kind === 'js') {
+          expect(h).toMatchObject({
+            contentType: 'application/a2a+json',
+            notificationToken: null,
+            userAgent: 'undici',
+          });
+        } else {
+          expect(h).toMatchObject({ contentType: 'application/json', notificationToken: '<config token>' });
+          expect(h.userAgent).toMatch(/^python-httpx\//);
+        }
+      }
+      // Our workflow reached the agent through the SDK client, A2A-Version on every call.
+      const methods = await agent.methods();
+      expect(methods.map((m) => m.method)).toEqual(expect.arrayContaining(['SendMessage', 'GetTask']));
+      // Every call on the binding the card lists first, with A2A-Version (which the Python server requires).
+      for (const m of methods) expect(m).toMatchObject({ binding, a2aVersion: '1.0' });
+      // At resolution our service deleted its config on the agent.
+      await eventually(
+        () => agent.configs(taskId),
+        (cs) => cs.length === 0,
+      );
+      measured[`${kind}.${binding}.embedded`] = {
+        headers: headers[0],
+        payloads: payloadKinds(pushes.map((p) => p.body)),
+        firstBody: JSON.parse(pushes[0]!.body),
+        inboxAnswers: arrived.map((s) => s.status),
+        msFromCommandToFeed: { inputRequired: timing.inputMs, completed: timing.completedMs },
+        agentMethods: methods,
+      };
     });
-    expect(reg.status).toBe('active');
-    const active = await until(pushStack, reg.id, (r) => r.remoteState === 'TASK_STATE_WORKING');
-    expect(active).toMatchObject({ pushEnabled: true, status: 'active' });
-    const configs = await agent.configs(taskId);
-    expect(configs).toEqual([
-      expect.objectContaining({
-        id: reg.id,
-        url: `${pushStack.inboxUrl}/a2a/push/${reg.id}`,
-        scheme: 'Bearer',
-      }),
-    ]);
-    const credential = configs[0]!.credentials!;
-    const methods = (await agent.methods()).filter((m) => m.method !== 'SendMessage');
-    const sinceCreate = methods.slice(
-      methods.findIndex((m) => m.method === 'CreateTaskPushNotificationConfig'),
-    );
-    expect(sinceCreate.map((m) => m.method).slice(0, 2)).toEqual([
-      'CreateTaskPushNotificationConfig',
-      'GetTask',
-    ]);
 
-    const timing = await driveToCompletion(reg, taskId);
+    it('separate: our service creates the config on the agent (CreateTaskPushNotificationConfig); the SDK pushes; it resolves once', async () => {
+      const taskId = await sendMessage(agent.url);
+      const reg = await register(pushStack, {
+        mode: 'separate',
+        remoteTaskId: taskId,
+        agent: { url: agent.url, bearerToken: 'nr-llm-agent-token' },
+      });
+      expect(reg.status).toBe('active');
+      const active = await until(pushStack, reg.id, (r) => r.remoteState === 'TASK_STATE_WORKING');
+      expect(active).toMatchObject({ pushEnabled: true, status: 'active' });
+      const configs = await agent.configs(taskId);
+      expect(configs).toEqual([
+        expect.objectContaining({
+          id: reg.id,
+          url: `${pushStack.inboxUrl}/a2a/push/${reg.id}`,
+          scheme: 'Bearer',
+        }),
+      ]);
+      const credential = configs[0]!.credentials!;
+      const methods = (await agent.methods()).filter((m) => m.method !== 'SendMessage');
+      const sinceCreate = methods.slice(
+        methods.findIndex((m) => m.method === 'CreateTaskPushNotificationConfig'),
+      );
+      expect(sinceCreate.map((m) => m.method).slice(0, 2)).toEqual([
+        'CreateTaskPushNotificationConfig',
+        'GetTask',
+      ]);
+      for (const m of sinceCreate) expect(m).toMatchObject({ binding, a2aVersion: '1.0' });
 
-    const url = `${pushStack.inboxUrl}/a2a/push/${reg.id}`;
-    const pushes = await agent.pushesTo(url);
-    expect(payloadKinds(pushes.map((p) => p.body))).toEqual(['statusUpdate', 'statusUpdate', 'statusUpdate']);
-    expect(pushes.map((p) => p.status)).toEqual([200, 200, 200]);
-    const arrived = inboxSaw(pushStack, reg.id);
-    expect(arrived.map((s) => s.status)).toEqual([200, 200, 200]);
-    expect(timing.callbacks).toMatchObject({ received: 3, pending: 0 });
-    const headers = arrived.map((s) => describeHeaders(s, credential));
-    for (const h of headers)
-      expect(h).toMatchObject({ authorization: 'Bearer <callback credential>', notificationToken: null });
-    measured[`${kind}.separate`] = {
-      headers: headers[0],
-      payloads: payloadKinds(pushes.map((p) => p.body)),
-      inboxAnswers: arrived.map((s) => s.status),
-      msFromCommandToFeed: { inputRequired: timing.inputMs, completed: timing.completedMs },
-      agentMethods: sinceCreate,
-    };
-  });
-});
+      const timing = await driveToCompletion(reg, taskId);
+
+      const url = `${pushStack.inboxUrl}/a2a/push/${reg.id}`;
+      const pushes = await agent.pushesTo(url);
+      expect(payloadKinds(pushes.map((p) => p.body))).toEqual([
+        'statusUpdate',
+        'statusUpdate',
+        'statusUpdate',
+      ]);
+      expect(pushes.map((p) => p.status)).toEqual([200, 200, 200]);
+      const arrived = inboxSaw(pushStack, reg.id);
+      expect(arrived.map((s) => s.status)).toEqual([200, 200, 200]);
+      expect(timing.callbacks).toMatchObject({ received: 3, pending: 0 });
+      const headers = arrived.map((s) => describeHeaders(s, credential));
+      for (const h of headers)
+        expect(h).toMatchObject({ authorization: 'Bearer <callback credential>', notificationToken: null });
+      measured[`${kind}.${binding}.separate`] = {
+        headers: headers[0],
+        payloads: payloadKinds(pushes.map((p) => p.body)),
+        inboxAnswers: arrived.map((s) => s.status),
+        msFromCommandToFeed: { inputRequired: timing.inputMs, completed: timing.completedMs },
+        agentMethods: sinceCreate,
+      };
+    });
+  },
+);
 
 describe.each(['js', 'python'] as PeerKind[])('%s reference SDK agent against our 401 and 429', (kind) => {
   let agent: AgentPeer;

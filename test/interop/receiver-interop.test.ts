@@ -296,6 +296,28 @@ describe.each([
         agentMethods: sinceCreate,
       };
     });
+
+    it('an unknown task: the SDK answers TaskNotFound; the registration ends failed (remote_task_not_found), fed once', async () => {
+      const taskId = `no-such-task-${crypto.randomUUID()}`;
+      const before = (await agent.methods()).length;
+      const reg = await register(pushStack, {
+        mode: 'separate',
+        remoteTaskId: taskId,
+        agent: { url: agent.url },
+      });
+      const failed = await until(pushStack, reg.id, (r) => r.status === 'failed');
+      expect(failed).toMatchObject({ reason: 'remote_task_not_found' });
+      const feed = await feedOf(pushStack, reg.id);
+      expect(feed.map((i) => [i.kind, i.reason, i.terminal])).toEqual([
+        ['failed', 'remote_task_not_found', true],
+      ]);
+      const methods = (await agent.methods()).slice(before).map((m) => m.method);
+      expect(methods).toEqual(['CreateTaskPushNotificationConfig', 'GetTask']);
+      measured[`${kind}.${binding}.unknownTask`] = {
+        registration: { pushEnabled: failed.pushEnabled, reason: failed.reason },
+        lastMethods: methods,
+      };
+    });
   },
 );
 

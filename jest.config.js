@@ -4,7 +4,8 @@ module.exports = {
   roots: ['<rootDir>/test'],
   testMatch: ['**/*.test.ts'],
   // The Web UI browser check runs on its own (npm run test:browser), with chromium installed for it.
-  testPathIgnorePatterns: ['/node_modules/', '/test/browser/'],
+  // The fault suite runs on its own too (npm run test:faults, jest.faults.config.js): it kills processes.
+  testPathIgnorePatterns: ['/node_modules/', '/test/browser/', '/test/faults/'],
   transform: {
     '^.+\\.[tj]sx?$': ['ts-jest', { tsconfig: { allowJs: true, isolatedModules: true } }],
   },

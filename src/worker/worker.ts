@@ -113,6 +113,31 @@ export function activityLogInterceptor(logger: Logger): ActivityInterceptorsFact
   };
 }
 
+/**
+ * Heartbeats every activity scheduled with a heartbeat timeout while it runs, so that a worker that dies
+ * (SIGKILL, OOM) is noticed within that timeout rather than the activity's whole start-to-close timeout.
+ * The SDK throttles what it sends to the server.
+ */
+export const heartbeatInterceptor: ActivityInterceptorsFactory = (ctx) => ({
+  inbound: {
+    async execute(input, next) {
+      const every = ctx.info.heartbeatTimeoutMs ? Math.max(200, ctx.info.heartbeatTimeoutMs / 4) : 0;
+      const timer = every > 0 ? setInterval(() => ctx.heartbeat(), every) : undefined;
+      try {
+        return await next(input);
+      } finally {
+        if (timer) clearInterval(timer);
+      }
+    },
+  },
+});
+
+/** The activity interceptors every worker runs (tests' in-process workers included). */
+export const activityInterceptors = (logger: Logger): ActivityInterceptorsFactory[] => [
+  activityLogInterceptor(logger),
+  heartbeatInterceptor,
+];
+
 export const WORKFLOW_INTERCEPTOR_MODULES = [require.resolve('../workflows/interceptors')];
 
 /** The workflow code: a prebuilt bundle in tests, the source path otherwise. */
@@ -135,7 +160,7 @@ export async function createWorker(
     activities: activitiesFor(rt, httpClient),
     interceptors: {
       workflowModules: WORKFLOW_INTERCEPTOR_MODULES,
-      activity: [activityLogInterceptor(rt.logger)],
+      activity: activityInterceptors(rt.logger),
     },
     maxConcurrentActivityTaskExecutions: 200,
     shutdownGraceTime: '20s',

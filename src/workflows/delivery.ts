@@ -13,6 +13,9 @@ import { deliveryStatusQuery, wakeSignal, type DeliveryState } from './signals';
 const { attemptDelivery } = proxyActivities<DeliveryActivities>({
   // The activity bounds its own request (DELIVERY_TIMEOUT ≤ 60 s); this covers the database around it.
   startToCloseTimeout: '2 minutes',
+  // The worker heartbeats while the attempt runs: a worker killed mid-POST is noticed in 20 s, and the
+  // retried activity records the attempt interrupted.
+  heartbeatTimeout: '20 seconds',
   // Only the service's own failures throw (Postgres down, unseal error): retried until they pass; the
   // activity ends the job `expired` once it can see the deadline passed.
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 minutes' },

@@ -23,7 +23,7 @@ import { createRegistry } from '../../src/metrics';
 import { compilePolicy, createOutboundClient, type OutboundClient, type Resolver } from '../../src/outbound';
 import type { Runtime } from '../../src/runtime';
 import { Keyring } from '../../src/sealing/keyring';
-import { activitiesFor, activityLogInterceptor, temporalLogForwarder } from '../../src/worker/worker';
+import { activitiesFor, activityInterceptors, temporalLogForwarder } from '../../src/worker/worker';
 import { requestIdClientInterceptor } from '../../src/request-context';
 import { SEARCH_ATTRIBUTES } from '../../src/workflows/search-attributes';
 import pino from 'pino';
@@ -131,7 +131,7 @@ export async function startStack(
     taskQueue,
     workflowBundle: { codePath: process.env.TEST_WORKFLOW_BUNDLE! },
     activities: activitiesFor(rt, httpClient),
-    interceptors: { activity: [activityLogInterceptor(logger)] },
+    interceptors: { activity: activityInterceptors(logger) },
   });
   const running = worker.run();
 

@@ -1,0 +1,80 @@
+/**
+ * Saved histories (test/replay/histories, made by `npm run record:histories` on a real dev server, one
+ * per delivery and registration outcome) replayed with the production workflow code and interceptors:
+ * a change that makes the workflows take another path through the same history fails here.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { Worker } from '@temporalio/worker';
+import { quietTemporal } from '../helpers/harness';
+import { defaultWorkflowSource, WORKFLOW_INTERCEPTOR_MODULES } from '../../src/worker/worker';
+import { decodedPayloads, historyFromObject } from './history-payloads';
+
+jest.setTimeout(120_000);
+
+const DIR = path.join(__dirname, 'histories');
+const files = fs
+  .readdirSync(DIR)
+  .filter((f) => f.endsWith('.json'))
+  .sort();
+const load = (f: string) => JSON.parse(fs.readFileSync(path.join(DIR, f), 'utf8')) as Record<string, unknown>;
+
+it('holds one history per outcome of both workflows', () => {
+  expect(files.map((f) => f.replace(/\.json$/, ''))).toEqual(
+    expect.arrayContaining([
+      'delivery-delivered',
+      'delivery-delivered-after-retry',
+      'delivery-exhausted',
+      'delivery-expired',
+      'delivery-auth-failed',
+      'delivery-stopped',
+      'delivery-failed',
+      'delivery-redirect',
+      'delivery-cancelled',
+      'delivery-superseded',
+      'registration-separate-resolved',
+      'registration-embedded-resolved',
+      'registration-failed-not-found',
+      'registration-deleted',
+      'registration-polled-no-push',
+    ]),
+  );
+});
+
+it('no saved history carries a credential, an Authorization header or an event body', () => {
+  for (const f of files) {
+    const h = load(f);
+    const text = [JSON.stringify(h), ...decodedPayloads(h)].join('\n');
+    for (const bad of [
+      'credentials',
+      'Bearer ',
+      'authorization',
+      'streamResponse',
+      'statusUpdate',
+      'push-credential-',
+      'agent-token-',
+    ])
+      expect({ file: f, holds: text.includes(bad) ? bad : undefined }).toEqual({ file: f, holds: undefined });
+  }
+});
+
+it('every saved history replays without a nondeterminism error', async () => {
+  quietTemporal();
+  const histories = files.map((f) => ({
+    workflowId: f.replace(/\.json$/, ''),
+    history: historyFromObject(load(f)),
+  }));
+  const results: Array<{ workflowId: string; error?: string }> = [];
+  for await (const r of Worker.runReplayHistories(
+    {
+      ...defaultWorkflowSource(),
+      interceptors: { workflowModules: WORKFLOW_INTERCEPTOR_MODULES },
+    },
+    histories,
+  ))
+    results.push({
+      workflowId: r.workflowId,
+      ...(r.error ? { error: `${r.error.name}: ${r.error.message}` } : {}),
+    });
+  expect(results).toEqual(histories.map((h) => ({ workflowId: h.workflowId })));
+});

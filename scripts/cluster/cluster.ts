@@ -53,6 +53,8 @@ export interface ClusterOptions {
   namespace?: string;
   /** Extra dynamic config entries (key → list of {value, constraints}), e.g. for a test namespace. */
   dynamicConfig?: Record<string, unknown[]>;
+  /** Where its dynamic config and logs go; default .data/cluster/<name>. */
+  dir?: string;
   /** Also start the Web UI (ui-server) on this port. */
   uiPort?: number;
   log?: (line: string) => void;
@@ -308,7 +310,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   const name = o.name ?? `s${o.shards}`;
   const namespace = o.namespace ?? 'default';
   const databases: [string, string] = [`temporal_${name}`, `temporal_${name}_visibility`];
-  const dir = path.join(ROOT, '.data', 'cluster', name);
+  const dir = o.dir ?? path.join(ROOT, '.data', 'cluster', name);
   fs.mkdirSync(dir, { recursive: true });
   ensureClusterBinaries({ ui: o.uiPort !== undefined, log: o.log ?? log });
   setupSchema(o.pg, databases, log);

@@ -5,7 +5,8 @@
  * CPU (cores) of the workers, the Temporal server and the api comes from /proc. Small on purpose: it
  * is to be folded into bench/.
  *
- *   npm run cluster:bench -- [--n 800] [--concurrency 50] [--rows dev,s4,s16] [--workers 1,2] [--rounds 1] [--split]
+ *   npm run cluster:bench -- [--n 800] [--concurrency 50] [--rows dev,s4,s16] [--workers 1,2] [--rounds 1]
+ *   rows: dev (the dev server as npm start runs it), s<shards> (a cluster, single layout), s<shards>-split
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -34,6 +35,40 @@ function cpuSeconds(pid: number): number {
   }
 }
 
+/**
+ * CPU seconds of a Postgres server: the postmaster, the children it reaped (cutime, cstime) and the
+ * backends alive now. Both the service's and Temporal's queries land here.
+ */
+function postgresCpuSeconds(dataDir: string): number {
+  let postmaster: number;
+  try {
+    postmaster = Number(fs.readFileSync(path.join(dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+  } catch {
+    return 0;
+  }
+  const fields = (pid: number | string) => {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  };
+  let ticks = 0;
+  try {
+    const f = fields(postmaster);
+    ticks += Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
+  } catch {
+    return 0;
+  }
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const f = fields(d);
+      if (Number(f[1]) === postmaster) ticks += Number(f[11]) + Number(f[12]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return ticks / CLK_TCK;
+}
+
 /** The whole machine's busy share (all cores), for judging how much else was running. */
 function machineBusy(): { busy: number; total: number } {
   const cpu = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
@@ -53,6 +88,7 @@ interface Row {
   workerCores: number;
   serverCores: number;
   apiCores: number;
+  postgresCores: number;
   machineBusyPct: number;
 }
 
@@ -66,6 +102,7 @@ async function runRow(o: {
   n: number;
   concurrency: number;
   pg: ClusterPg;
+  pgDir: string;
   receiver: Receiver;
   caFile: string;
   logDir: string;
@@ -112,7 +149,13 @@ async function runRow(o: {
     const workerPids = pids.filter((p) => p.kind === 'worker').map((p) => p.process.pid!);
     const apiPid = pids.find((p) => p.kind === 'api')!.process.pid!;
     const sum = (xs: number[]) => xs.reduce((a, b) => a + cpuSeconds(b), 0);
-    const cpu0 = { w: sum(workerPids), s: sum(o.serverPids()), a: cpuSeconds(apiPid), m: machineBusy() };
+    const cpu0 = {
+      w: sum(workerPids),
+      s: sum(o.serverPids()),
+      a: cpuSeconds(apiPid),
+      p: postgresCpuSeconds(o.pgDir),
+      m: machineBusy(),
+    };
     const start = o.receiver.requests.length;
     const t0 = Date.now();
     let sent = 0;
@@ -144,10 +187,11 @@ async function runRow(o: {
       workerCores: cores(cpu0.w, sum(workerPids)),
       serverCores: cores(cpu0.s, sum(o.serverPids())),
       apiCores: cores(cpu0.a, cpuSeconds(apiPid)),
+      postgresCores: cores(cpu0.p, postgresCpuSeconds(o.pgDir)),
       machineBusyPct: (100 * (m1.busy - cpu0.m.busy)) / (m1.total - cpu0.m.total),
     };
     log(
-      `${o.label} ${o.shards} shards, ${o.workers} worker(s): ${row.perSecond.toFixed(1)} deliveries/s (${o.n} in ${seconds.toFixed(1)} s), worker ${row.workerCores.toFixed(2)} / server ${row.serverCores.toFixed(2)} / api ${row.apiCores.toFixed(2)} cores, machine ${row.machineBusyPct.toFixed(0)}% busy, ${row.duplicates} duplicates`,
+      `${o.label} ${o.shards} shards, ${o.workers} worker(s): ${row.perSecond.toFixed(1)} deliveries/s (${o.n} in ${seconds.toFixed(1)} s), worker ${row.workerCores.toFixed(2)} / server ${row.serverCores.toFixed(2)} / api ${row.apiCores.toFixed(2)} / postgres ${row.postgresCores.toFixed(2)} cores, machine ${row.machineBusyPct.toFixed(0)}% busy, ${row.duplicates} duplicates`,
     );
     return row;
   } finally {
@@ -162,7 +206,6 @@ async function main() {
       concurrency: { type: 'string', default: '50' },
       rows: { type: 'string', default: 'dev,s4,s16' },
       workers: { type: 'string', default: '1,2' },
-      split: { type: 'boolean', default: false },
       rounds: { type: 'string', default: '1' },
       out: { type: 'string' },
     },
@@ -176,7 +219,15 @@ async function main() {
   const receiver = await startReceiver({ tls });
   const pg = await clusterPostgres({ dir: path.join(tmp, 'pg'), port: await freePort() });
   const rows: Row[] = [];
-  const common = { n, concurrency, pg, receiver, caFile: tls.caFile, logDir: path.join(tmp, 'logs') };
+  const common = {
+    n,
+    concurrency,
+    pg,
+    pgDir: path.join(tmp, 'pg'),
+    receiver,
+    caFile: tls.caFile,
+    logDir: path.join(tmp, 'logs'),
+  };
   // Every server is up side by side before the first row, and the rows take turns (round by round),
   // so that whatever else runs on the machine falls on all of them alike.
   const servers: Array<{
@@ -205,13 +256,14 @@ async function main() {
         });
         continue;
       }
-      const shards = Number(/^s(\d+)$/.exec(kind)?.[1]);
-      if (!shards) throw new Error(`--rows: dev or s<shards>, got ${kind}`);
+      const m = /^s(\d+)(-split)?$/.exec(kind);
+      const shards = Number(m?.[1]);
+      if (!m || !shards) throw new Error(`--rows: dev, s<shards> or s<shards>-split, got ${kind}`);
       const cluster: Cluster = await startCluster({
         shards,
-        layout: values.split ? 'split' : 'single',
+        layout: m[2] ? 'split' : 'single',
         pg: pg.server,
-        name: `bench_${kind}`,
+        name: `bench_${kind.replace('-', '_')}`,
         dir: path.join(tmp, kind),
         port: await freePortBlock(),
         log,
@@ -246,11 +298,11 @@ async function main() {
     fs.rmSync(tmp, { recursive: true, force: true });
   }
   const lines = [
-    `| Temporal | history shards | workers | deliveries/s | worker cores | server cores | api cores | machine busy | duplicates |`,
-    `|---|---|---|---|---|---|---|---|---|`,
+    `| Temporal | history shards | workers | deliveries/s | worker cores | server cores | api cores | Postgres cores | deliveries per core-second | machine busy | duplicates |`,
+    `|---|---|---|---|---|---|---|---|---|---|---|`,
     ...rows.map(
       (r) =>
-        `| ${r.server} | ${r.shards} | ${r.workers} | ${r.perSecond.toFixed(1)} | ${r.workerCores.toFixed(2)} | ${r.serverCores.toFixed(2)} | ${r.apiCores.toFixed(2)} | ${r.machineBusyPct.toFixed(0)}% | ${r.duplicates} |`,
+        `| ${r.server} | ${r.shards} | ${r.workers} | ${r.perSecond.toFixed(1)} | ${r.workerCores.toFixed(2)} | ${r.serverCores.toFixed(2)} | ${r.apiCores.toFixed(2)} | ${r.postgresCores.toFixed(2)} | ${(r.perSecond / (r.workerCores + r.serverCores + r.apiCores + r.postgresCores)).toFixed(1)} | ${r.machineBusyPct.toFixed(0)}% | ${r.duplicates} |`,
     ),
   ];
   process.stdout.write(

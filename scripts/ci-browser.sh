@@ -21,6 +21,10 @@ else
   echo "ci-browser: installed $("$CHROMIUM" --version 2>/dev/null || echo "$CHROMIUM")"
 fi
 
+if [ "${WEBUI_TEMPORAL:-}" = "cluster" ]; then
+  # The check on a real Temporal server: its server, sql tool and ui-server built when missing.
+  npx ts-node --transpile-only scripts/cluster.ts --build-only
+fi
 echo "ci-browser: running the Web UI browser check (jest -c jest.browser.config.js)"
 npx jest -c jest.browser.config.js
-echo "ci-browser: passed; screenshots in test-output/webui/"
+echo "ci-browser: passed; screenshots in test-output/webui${WEBUI_TEMPORAL:+-$WEBUI_TEMPORAL}/"

@@ -36,6 +36,8 @@ export async function startEmbeddedPostgres(o: {
   databases?: string[];
   log?: (line: string) => void;
   fsync?: boolean;
+  /** Default 300; a real Temporal cluster over the same server needs more. */
+  maxConnections?: number;
 }): Promise<EmbeddedPg> {
   fs.mkdirSync(path.dirname(o.dir), { recursive: true });
   const pg = new EmbeddedPostgres({
@@ -50,7 +52,7 @@ export async function startEmbeddedPostgres(o: {
       '-c',
       'listen_addresses=127.0.0.1',
       '-c',
-      'max_connections=300',
+      `max_connections=${o.maxConnections ?? 300}`,
       ...(o.fsync === false
         ? ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off']
         : []),

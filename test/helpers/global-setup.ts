@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
 import { bundleWorkflowCode } from '@temporalio/worker';
+import { registerNamespace } from '../../scripts/cluster/cluster';
 
 export const ROOT = path.resolve(__dirname, '..', '..');
 export const BUNDLE_PATH = path.join(ROOT, '.test-tmp', 'workflow-bundle.js');
@@ -11,13 +12,26 @@ declare global {
   var __A2A_TEST_SERVICES__: ChildProcess | undefined;
 }
 
-/** One Postgres and one Temporal dev server for the whole run; each test file makes its own database. */
+/**
+ * One Postgres and one Temporal dev server for the whole run; each test file makes its own database.
+ * With TEMPORAL_ADDRESS set (e.g. by `npm run test:cluster`), the tests use that Temporal server and
+ * its TEMPORAL_NAMESPACE instead of a dev server: the namespace and the search attributes are
+ * registered there first, as a deployment's start command does.
+ */
 export default async function globalSetup(): Promise<void> {
   // The interop tests' Python SDK environment: made by postinstall, and here when it is missing (quick when present).
   execFileSync(process.execPath, [path.join(ROOT, 'scripts', 'install-python-sdk.js')], { stdio: 'inherit' });
+  const external = process.env.TEMPORAL_ADDRESS || undefined;
+  const namespace = process.env.TEMPORAL_NAMESPACE || 'default';
+  if (external) await registerNamespace(external, namespace, { timeoutMs: 60_000, log: () => undefined });
   const child = spawn(
     process.execPath,
-    ['-r', 'ts-node/register/transpile-only', path.join(__dirname, 'test-services.ts'), '--temporal'],
+    [
+      '-r',
+      'ts-node/register/transpile-only',
+      path.join(__dirname, 'test-services.ts'),
+      ...(external ? [] : ['--temporal']),
+    ],
     {
       cwd: ROOT,
       stdio: ['pipe', 'pipe', 'inherit'],
@@ -32,7 +46,8 @@ export default async function globalSetup(): Promise<void> {
   });
   const info = JSON.parse(line) as { pgAdminUrl: string; temporalAddress: string };
   process.env.TEST_PG_ADMIN_URL = info.pgAdminUrl;
-  process.env.TEST_TEMPORAL_ADDRESS = info.temporalAddress;
+  process.env.TEST_TEMPORAL_ADDRESS = external ?? info.temporalAddress;
+  process.env.TEST_TEMPORAL_NAMESPACE = external ? namespace : 'default';
 
   // The workflow bundle is built once for every test file that runs a worker.
   fs.mkdirSync(path.dirname(BUNDLE_PATH), { recursive: true });

@@ -276,24 +276,28 @@ export async function configRow(stack: Stack, taskId: string, id: string) {
   return r.rows[0]!;
 }
 
-/** The run's Temporal dev server (started by the global setup), as a client and a worker connection. */
+/**
+ * The run's Temporal server (the dev server the global setup started, or the real one TEMPORAL_ADDRESS
+ * named), as a client and a worker connection.
+ */
 export async function connectDevServer() {
   quietTemporal();
   const address = process.env.TEST_TEMPORAL_ADDRESS;
   if (!address)
     throw new Error('TEST_TEMPORAL_ADDRESS is not set: run the tests through jest (global setup)');
+  const namespace = process.env.TEST_TEMPORAL_NAMESPACE ?? 'default';
   const { Connection, Client } = await import('@temporalio/client');
   const connection = await Connection.connect({ address });
   const client = new Client({
     connection,
-    namespace: 'default',
+    namespace,
     interceptors: { workflow: [requestIdClientInterceptor] },
   });
   const nativeConnection = await NativeConnection.connect({ address });
   return {
     client,
     nativeConnection,
-    namespace: 'default',
+    namespace,
     async close() {
       await connection.close();
       await nativeConnection.close();

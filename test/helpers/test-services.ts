@@ -9,6 +9,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { startEmbeddedPostgres } from '../../src/embedded/postgres';
 import { startDevServer } from '../../src/embedded/temporal';
+import { freePortBlock, startCluster } from '../../scripts/cluster/cluster';
+import { pgServerFromUrl } from '../../scripts/cluster/postgres';
 
 export const freePort = () =>
   new Promise<number>((resolve, reject) => {
@@ -28,11 +30,27 @@ async function main() {
   const temporalPort = await freePort();
   const withTemporal = process.argv.includes('--temporal');
   const temporal = withTemporal ? await startDevServer({ port: temporalPort }) : undefined;
+  // --cluster-ui PORT: a real Temporal server (npm run cluster's) over this Postgres, its Web UI on PORT.
+  const uiArg = process.argv.indexOf('--cluster-ui');
+  const cluster =
+    uiArg > 0
+      ? await startCluster({
+          shards: 4,
+          layout: 'single',
+          pg: pgServerFromUrl(pg.url('postgres')),
+          name: 'webui',
+          dir: path.join(dir, 'cluster'),
+          port: await freePortBlock(),
+          uiPort: Number(process.argv[uiArg + 1]),
+          log: (l) => process.stderr.write(`[cluster] ${l}\n`),
+        })
+      : undefined;
   let stopping = false;
   const stop = async () => {
     if (stopping) return;
     stopping = true;
     await temporal?.stop().catch(() => undefined);
+    await cluster?.stop().catch(() => undefined);
     await pg.stop().catch(() => undefined);
     fs.rmSync(dir, { recursive: true, force: true });
     process.exit(0);
@@ -43,7 +61,11 @@ async function main() {
   process.on('SIGTERM', () => void stop());
   process.on('SIGINT', () => void stop());
   process.stdout.write(
-    JSON.stringify({ pgAdminUrl: pg.url('postgres'), temporalAddress: temporal?.address ?? null }) + '\n',
+    JSON.stringify({
+      pgAdminUrl: pg.url('postgres'),
+      temporalAddress: temporal?.address ?? cluster?.address ?? null,
+      uiUrl: cluster?.uiUrl ?? null,
+    }) + '\n',
   );
 }
 

@@ -17,25 +17,36 @@ const freePort = () =>
     });
   });
 
-let server: DevServer;
+let server: DevServer | undefined;
 let connection: Connection;
 let native: NativeConnection;
 let stack: Stack;
 let agent: TestAgent;
+let namespace = 'default';
 
 beforeAll(async () => {
   quietTemporal();
-  // A dev server that suggests continue-as-new after 40 history events, so a polling registration
-  // reaches the suggestion within seconds.
-  server = await startDevServer({
-    port: await freePort(),
-    dynamicConfig: ['limit.historyCount.suggestContinueAsNew=40'],
-  });
-  connection = await Connection.connect({ address: server.address });
-  native = await NativeConnection.connect({ address: server.address });
+  // A Temporal server that suggests continue-as-new after 40 history events, so a polling
+  // registration reaches the suggestion within seconds: on a real cluster, the namespace that
+  // `npm run test:cluster` configures so (TEST_TEMPORAL_CAN_NAMESPACE); otherwise a dev server of
+  // its own, since the setting is server-wide there.
+  let address: string;
+  const canNamespace = process.env.TEST_TEMPORAL_CAN_NAMESPACE;
+  if (canNamespace && process.env.TEST_TEMPORAL_ADDRESS) {
+    address = process.env.TEST_TEMPORAL_ADDRESS;
+    namespace = canNamespace;
+  } else {
+    server = await startDevServer({
+      port: await freePort(),
+      dynamicConfig: ['limit.historyCount.suggestContinueAsNew=40'],
+    });
+    address = server.address;
+  }
+  connection = await Connection.connect({ address });
+  native = await NativeConnection.connect({ address });
   agent = await startTestAgent();
   stack = await startStack(
-    { client: new Client({ connection }), nativeConnection: native },
+    { client: new Client({ connection, namespace }), nativeConnection: native, namespace },
     `can-${crypto.randomBytes(3).toString('hex')}`,
     { env: { POLL_INITIAL: '200ms', POLL_MAX: '200ms' } },
   );
@@ -55,7 +66,7 @@ it('a long-polling registration continues as new when Temporal suggests it, and 
     json: { mode: 'separate', remoteTaskId: 'rt-can', agent: { url: agent.url } },
   });
   const reg = (await res.json()) as { id: string };
-  const client = new Client({ connection });
+  const client = new Client({ connection, namespace });
   const handle = client.workflow.getHandle(makeRegistrationWorkflowId(reg.id));
   // Wait until the first run has handed over to a new run.
   // The API starts the workflow after its answer: wait until it exists.

@@ -142,6 +142,7 @@ beforeAll(async () => {
     TS_NODE_TRANSPILE_ONLY: 'true',
     DATABASE_URL: tdb.url,
     TEMPORAL_ADDRESS: process.env.TEST_TEMPORAL_ADDRESS,
+    TEMPORAL_NAMESPACE: process.env.TEST_TEMPORAL_NAMESPACE ?? 'default',
     TASK_QUEUE: `shutdown-${crypto.randomBytes(4).toString('hex')}`,
     SEAL_KEYS: `k1:${crypto.randomBytes(32).toString('base64')}`,
     PUBLIC_BASE_URL: `http://127.0.0.1:${ports.inbox}`,

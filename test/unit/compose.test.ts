@@ -14,6 +14,7 @@ import {
   type Settings,
 } from '../../src/config';
 import { SEARCH_ATTRIBUTES } from '../../src/workflows/search-attributes';
+import { GOTOOLCHAIN, TEMPORAL_SERVER_VERSION } from '../../scripts/cluster/cluster';
 
 const ROOT = path.resolve(__dirname, '..', '..');
 const COMPOSE_TEXT = fs.readFileSync(path.join(ROOT, 'docker-compose.yml'), 'utf8');
@@ -21,7 +22,7 @@ const DOCKERFILE = fs.readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
 
 interface ComposeService {
   image?: string;
-  build?: unknown;
+  build?: string | { context?: string; args?: Record<string, string> };
   command?: string | string[];
   entrypoint?: string | string[];
   environment?: Record<string, string | number | boolean | null> | string[];
@@ -115,6 +116,11 @@ const processEnv = (name: Process, vars: Record<string, string | undefined> = SA
 const imageName = (svc: ComposeService | undefined) =>
   interpolate(svc?.image ?? '', {}).replace(/:[^/:]*$/, '');
 
+const buildContext = (svc: ComposeService | undefined) => {
+  const b = svc?.build as string | { context?: string } | undefined;
+  return typeof b === 'string' ? b : b?.context;
+};
+
 const serviceWithImage = (image: string) =>
   Object.entries(services).filter(([, s]) => imageName(s) === image || imageName(s) === `docker.io/${image}`);
 
@@ -128,8 +134,8 @@ describe('docker-compose.yml', () => {
   it('has every service the contract needs', () => {
     for (const name of ['temporal', 'temporal-ui', 'postgres', 'temporal-admin-tools', ...PROCESSES])
       expect(Object.keys(services)).toContain(name);
-    expect(['temporalio/server', 'temporalio/auto-setup']).toContain(imageName(services.temporal));
-    expect(envOf(services.temporal!).DB).toBe('postgres12');
+    // Temporal is built from deploy/temporal (see the describe block below), not pulled.
+    expect(buildContext(services.temporal)).toBe('deploy/temporal');
     expect(imageName(services['temporal-ui'])).toBe('temporalio/ui');
     expect(services['temporal-ui']!.ports).toContainEqual('8233:8080');
     expect(imageName(services.postgres)).toBe('postgres');
@@ -234,6 +240,60 @@ describe('docker-compose.yml', () => {
       ];
       expect(full).toEqual(['node', 'dist/src/main.js', p]);
     }
+  });
+});
+
+describe('the Temporal server of docker-compose.yml is the one npm run cluster tests', () => {
+  const DEPLOY = path.join(ROOT, 'deploy', 'temporal');
+  const TEMPORAL_DOCKERFILE = fs.readFileSync(path.join(DEPLOY, 'Dockerfile'), 'utf8');
+  const TEMPLATE = fs.readFileSync(path.join(DEPLOY, 'config.template.yaml'), 'utf8');
+  const temporalServices = ['temporal-schema', 'temporal'] as const;
+  /** The variables the config template reads (`env "NAME"`). */
+  const templateVars = new Set([...TEMPLATE.matchAll(/env "([A-Z0-9_]+)"/g)].map((m) => m[1]!));
+
+  it('builds the server and its sql tool from the Go module version the cluster script builds', () => {
+    for (const name of temporalServices) {
+      expect(buildContext(services[name])).toBe('deploy/temporal');
+      const args = (services[name]!.build as { args?: Record<string, string> }).args ?? {};
+      expect(args.TEMPORAL_SERVER_VERSION).toBe(TEMPORAL_SERVER_VERSION);
+    }
+    expect(TEMPORAL_DOCKERFILE).toContain(`ARG TEMPORAL_SERVER_VERSION=${TEMPORAL_SERVER_VERSION}`);
+    expect(TEMPORAL_DOCKERFILE).toContain(`GOTOOLCHAIN=${GOTOOLCHAIN}`);
+    expect(TEMPORAL_DOCKERFILE).toContain(
+      'go install go.temporal.io/server/cmd/server@${TEMPORAL_SERVER_VERSION}',
+    );
+    expect(TEMPORAL_DOCKERFILE).toContain(
+      'go install go.temporal.io/server/cmd/tools/sql@${TEMPORAL_SERVER_VERSION}',
+    );
+    expect(TEMPORAL_DOCKERFILE).toContain('schema/postgresql/v12');
+    expect(TEMPORAL_DOCKERFILE).toMatch(
+      /^COPY config\.template\.yaml dynamicconfig\.yaml setup-schema\.sh start-server\.sh \/etc\/temporal\/$/m,
+    );
+  });
+
+  it('makes the schemas with the script the cluster script runs, and starts from the same template', () => {
+    expect(scriptOf(services['temporal-schema']!)).toBe('sh\n/etc/temporal/setup-schema.sh');
+    const start = fs.readFileSync(path.join(DEPLOY, 'start-server.sh'), 'utf8');
+    expect(start).toContain('--config-file /etc/temporal/config.template.yaml');
+    expect(TEMPORAL_DOCKERFILE).toMatch(/^ENTRYPOINT \["sh", "\/etc\/temporal\/start-server\.sh"\]$/m);
+    expect(TEMPLATE.split('\n')[0]).toBe('# enable-template');
+    expect(TEMPLATE).toMatch(/pluginName: postgres12/);
+  });
+
+  it('gives the server only variables the template reads, and the ones it needs', () => {
+    for (const name of temporalServices) {
+      const env = envOf(services[name]!);
+      const unknown = Object.keys(env).filter(
+        (k) => !templateVars.has(k) && !['SQL_TOOL', 'SCHEMA_DIR', 'DBNAME', 'VISIBILITY_DBNAME'].includes(k),
+      );
+      expect([name, unknown]).toEqual([name, []]);
+      for (const k of ['POSTGRES_SEEDS', 'DB_PORT', 'POSTGRES_USER', 'POSTGRES_PWD'])
+        expect([name, k, env[k] !== undefined]).toEqual([name, k, true]);
+      // Its own Postgres, not the service's.
+      expect(env.POSTGRES_SEEDS).toBe('temporal-postgres');
+    }
+    expect(interpolate(envOf(services.temporal!).NUM_HISTORY_SHARDS!, {})).toBe('4');
+    expect(envOf(services.temporal!).BIND_ON_IP).toBe('0.0.0.0');
   });
 });
 

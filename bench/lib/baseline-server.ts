@@ -44,12 +44,10 @@ async function main() {
         ],
       );
       await tx.query('COMMIT');
-      res
-        .status(202)
-        .json({
-          eventId: ev.rows[0]!.id,
-          deliveries: ids.map((id, i) => ({ id, configId: configs.rows[i]!.id })),
-        });
+      res.status(202).json({
+        eventId: ev.rows[0]!.id,
+        deliveries: ids.map((id, i) => ({ id, configId: configs.rows[i]!.id })),
+      });
     } catch (err) {
       await tx.query('ROLLBACK').catch(() => undefined);
       res.status(500).json({ error: (err as Error).message });

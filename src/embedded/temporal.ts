@@ -39,6 +39,8 @@ export async function startDevServer(o: {
   log?: (line: string) => void;
   /** Dynamic config values (`key=value`), e.g. a low continue-as-new suggestion for tests. */
   dynamicConfig?: string[];
+  /** With dbFile: SQLite's own defaults instead of WAL + synchronous=normal (the benchmark compares them). */
+  sqliteDefaults?: boolean;
 }): Promise<DevServer> {
   ensureTemporalBinaries();
   const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(o.port), '--log-level', 'warn'];
@@ -46,14 +48,9 @@ export async function startDevServer(o: {
   else args.push('--headless');
   if (o.dbFile) {
     fs.mkdirSync(path.dirname(o.dbFile), { recursive: true });
-    args.push(
-      '--db-filename',
-      o.dbFile,
-      '--sqlite-pragma',
-      'journal_mode=wal',
-      '--sqlite-pragma',
-      'synchronous=normal',
-    );
+    args.push('--db-filename', o.dbFile);
+    if (!o.sqliteDefaults)
+      args.push('--sqlite-pragma', 'journal_mode=wal', '--sqlite-pragma', 'synchronous=normal');
   }
   for (const sa of SEARCH_ATTRIBUTES) args.push('--search-attribute', `${sa.name}=Keyword`);
   for (const dc of o.dynamicConfig ?? []) args.push('--dynamic-config-value', dc);

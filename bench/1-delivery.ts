@@ -1,0 +1,375 @@
+import { Client, Connection } from '@temporalio/client';
+import path from 'node:path';
+import { Client as PgClient } from 'pg';
+import { ApiClient, eventPlan } from './lib/api';
+import type { Benchmark, BenchContext } from './lib/context';
+import {
+  startBenchPostgres,
+  freshDatabase,
+  scratchDir,
+  spawnBenchProcess,
+  startServices,
+  type Services,
+} from './lib/stack';
+import { startBenchReceiver, type BenchReceiver } from './lib/receiver';
+import { figure, type BenchResult, type ChartRow } from './lib/report';
+import { runDirectSender } from './lib/senders';
+import { cpuSeconds, latency, pool, round, type Latency } from './lib/util';
+
+export interface DeliveryThroughputOptions {
+  /** Temporal frontend host:port (the run's dev server, or an external cluster). */
+  temporalAddress: string;
+  namespace?: string;
+  /** Worker processes (1 or 2). */
+  workers?: number;
+  /** Events (one delivery each): default 1,000. */
+  n?: number;
+  /** Tasks with one push config each: default 100 (so no job is superseded). */
+  tasks?: number;
+  /** Event writes in flight: default 32. */
+  concurrency?: number;
+  /** The Temporal server's pid, to report its CPU (optional). */
+  serverPid?: number;
+  /** Postgres for the service; a fresh embedded one in a scratch dir when absent. */
+  databaseUrl?: string;
+  /** The HTTPS push target; a fresh one when absent. */
+  receiver?: BenchReceiver;
+  /** Extra settings for the service processes. */
+  env?: Record<string, string>;
+  /** Services already started (the benchmark then does not start or stop them). */
+  services?: Services;
+  timeoutMs?: number;
+}
+
+export interface DeliveryThroughputResult {
+  n: number;
+  workers: number;
+  deliveriesPerSec: number;
+  elapsedMs: number;
+  /** event write sent → POST seen by the receiver */
+  latencyMs: Latency;
+  /** Average cores used during the run: each worker process, the api, and the server when its pid is known. */
+  cpu: { workers: number[]; workersTotal: number; api: number; server?: number };
+  /** Where a delivery's time went, from the service's own rows (p50 ms): the profile of the run. */
+  stages?: Record<string, number>;
+}
+
+/** p50 of each stage of the run's jobs: write → workflow started, → attempt started, attempt, → finished. */
+async function stageBreakdown(databaseUrl: string, runId: string): Promise<Record<string, number>> {
+  const c = new PgClient({ connectionString: databaseUrl });
+  await c.connect();
+  try {
+    const r = await c.query<Record<string, number>>(
+      `SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM j.dispatched_at - j.created_at) * 1000) AS "write→dispatched",
+              percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM a.started_at - j.dispatched_at) * 1000) AS "dispatched→attempt",
+              percentile_cont(0.5) WITHIN GROUP (ORDER BY a.duration_ms) AS "attempt POST",
+              percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM j.finished_at - a.started_at) * 1000) AS "attempt→finished"
+         FROM delivery_jobs j JOIN delivery_attempts a ON a.job_id = j.id AND a.n = 1
+        WHERE j.task_id LIKE $1`,
+      [`${runId}-%`],
+    );
+    return Object.fromEntries(Object.entries(r.rows[0] ?? {}).map(([k, v]) => [k, round(Number(v))]));
+  } finally {
+    await c.end();
+  }
+}
+
+/**
+ * N events through `POST /v1/tasks/{taskId}/events`, until the HTTPS receiver has seen every POST.
+ * Starts api, inbox and worker processes of its own unless `services` is given; reusable against any
+ * Temporal address (the real-cluster benchmark calls it with 1 or 2 workers).
+ */
+export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promise<DeliveryThroughputResult> {
+  const n = o.n ?? 1000;
+  const taskCount = o.tasks ?? 100;
+  const cleanups: Array<() => Promise<unknown>> = [];
+  try {
+    const dir = scratchDir();
+    let databaseUrl = o.databaseUrl;
+    if (!databaseUrl && !o.services) {
+      const pg = await startBenchPostgres(dir);
+      cleanups.unshift(() => pg.stop());
+      databaseUrl = await freshDatabase(pg);
+    }
+    let receiver = o.receiver;
+    if (!receiver) {
+      receiver = await startBenchReceiver();
+      const r = receiver;
+      cleanups.unshift(() => r.close());
+    }
+    let services = o.services;
+    if (!services) {
+      services = await startServices({
+        dir,
+        databaseUrl: databaseUrl!,
+        temporalAddress: o.temporalAddress,
+        ...(o.namespace ? { namespace: o.namespace } : {}),
+        caFile: receiver.tls.caFile,
+        workers: o.workers ?? 1,
+        ...(o.env ? { env: o.env } : {}),
+        start: { inbox: false },
+      });
+      const s = services;
+      cleanups.unshift(() => s.stop());
+    }
+    const api = new ApiClient(services.api.url, services.apiKey);
+    cleanups.unshift(() => api.close());
+    const runId = `d${Date.now().toString(36)}`;
+    const tasks = Array.from({ length: taskCount }, (_, i) => `${runId}-task-${i}`);
+    await api.createConfigs(tasks, 1, receiver.url);
+    const plan = eventPlan(n, tasks, runId);
+    const sentAt = new Map<string, number>();
+    const pids = {
+      workers: services.workers.map((w) => w.pid),
+      api: services.api.pid,
+      ...(o.serverPid ? { server: o.serverPid } : {}),
+    };
+    const cpu0 = {
+      workers: pids.workers.map(cpuSeconds),
+      api: cpuSeconds(pids.api),
+      server: pids.server ? cpuSeconds(pids.server) : 0,
+    };
+    const t0 = Date.now();
+    await pool(plan, o.concurrency ?? 32, async (e) => {
+      sentAt.set(e.id, Date.now());
+      await api.postEvent(e.taskId, e.id);
+    });
+    await receiver.waitForAll(
+      plan.map((e) => e.id),
+      o.timeoutMs ?? Math.max(120_000, n * 200),
+    );
+    const last = Math.max(...plan.map((e) => receiver.delivered.get(e.id)!));
+    const elapsedMs = last - t0;
+    const secs = (Date.now() - t0) / 1000;
+    const stages = databaseUrl ? await stageBreakdown(databaseUrl, runId) : undefined;
+    const workerCpu = pids.workers.map((p, i) => round((cpuSeconds(p) - cpu0.workers[i]!) / secs, 2));
+    return {
+      n,
+      workers: pids.workers.length,
+      deliveriesPerSec: round((n * 1000) / elapsedMs),
+      elapsedMs,
+      latencyMs: latency(plan.map((e) => receiver.delivered.get(e.id)! - sentAt.get(e.id)!)),
+      cpu: {
+        workers: workerCpu,
+        workersTotal: round(
+          workerCpu.reduce((a, b) => a + b, 0),
+          2,
+        ),
+        api: round((cpuSeconds(pids.api) - cpu0.api) / secs, 2),
+        ...(pids.server ? { server: round((cpuSeconds(pids.server) - cpu0.server) / secs, 2) } : {}),
+      },
+      ...(stages ? { stages } : {}),
+    };
+  } finally {
+    for (const c of cleanups) await c().catch(() => undefined);
+  }
+}
+
+export interface BareWorker {
+  client: Client;
+  taskQueue: string;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+/** Baseline (a)'s worker process and a client, on the given Temporal. */
+export async function startBareWorker(
+  temporalAddress: string,
+  receiver: BenchReceiver,
+  namespace = 'default',
+): Promise<BareWorker> {
+  const taskQueue = `bare-${process.pid}-${Date.now()}`;
+  const proc = await spawnBenchProcess(path.join(__dirname, 'lib', 'bare-worker.ts'), [
+    temporalAddress,
+    namespace,
+    taskQueue,
+    `${receiver.url}/hook/bare`,
+    receiver.tls.caFile,
+  ]);
+  const connection = await Connection.connect({ address: temporalAddress });
+  const client = new Client({ connection, namespace });
+  return {
+    client,
+    taskQueue,
+    pid: proc.pid,
+    async stop() {
+      await proc.stop();
+      await connection.close();
+    },
+  };
+}
+
+/** Baseline (a): n bare workflows, `concurrency` starts in flight, until the receiver saw every POST. */
+export async function runBareThroughput(
+  bare: BareWorker,
+  receiver: BenchReceiver,
+  n: number,
+  o: { concurrency?: number; serverPid?: number } = {},
+) {
+  const runId = `b${Date.now().toString(36)}`;
+  const plan = eventPlan(
+    n,
+    Array.from({ length: 100 }, (_, i) => `${runId}-task-${i}`),
+    runId,
+  );
+  const sentAt = new Map<string, number>();
+  const cpu0 = { worker: cpuSeconds(bare.pid), server: o.serverPid ? cpuSeconds(o.serverPid) : 0 };
+  const t0 = Date.now();
+  await pool(plan, o.concurrency ?? 32, async (e) => {
+    sentAt.set(e.id, Date.now());
+    await bare.client.workflow.start('bareDelivery', {
+      workflowId: `bare-${e.id}`,
+      taskQueue: bare.taskQueue,
+      args: [{ taskId: e.taskId, id: e.id }],
+    });
+  });
+  await receiver.waitForAll(
+    plan.map((e) => e.id),
+    Math.max(120_000, n * 200),
+  );
+  const last = Math.max(...plan.map((e) => receiver.delivered.get(e.id)!));
+  const secs = (Date.now() - t0) / 1000;
+  return {
+    n,
+    deliveriesPerSec: round((n * 1000) / (last - t0)),
+    elapsedMs: last - t0,
+    latencyMs: latency(plan.map((e) => receiver.delivered.get(e.id)! - sentAt.get(e.id)!)),
+    cpu: {
+      worker: round((cpuSeconds(bare.pid) - cpu0.worker) / secs, 2),
+      ...(o.serverPid ? { server: round((cpuSeconds(o.serverPid) - cpu0.server) / secs, 2) } : {}),
+    },
+  };
+}
+
+/** Baselines (b) and (c): the same events, sent once each from one process. */
+export async function runDirect(
+  mode: 'sdk' | 'undici',
+  receiver: BenchReceiver,
+  n: number,
+  concurrency = 32,
+) {
+  const runId = `${mode}${Date.now().toString(36)}`;
+  const plan = eventPlan(
+    n,
+    Array.from({ length: 100 }, (_, i) => `${runId}-task-${i}`),
+    runId,
+  );
+  const r = await runDirectSender({
+    mode,
+    url: `${receiver.url}/hook/${mode}`,
+    caFile: receiver.tls.caFile,
+    concurrency,
+    items: plan,
+  });
+  const delivered = plan.filter((e) => receiver.delivered.has(e.id));
+  const t0 = Math.min(...Object.values(r.sentAt));
+  const last = Math.max(...delivered.map((e) => receiver.delivered.get(e.id)!));
+  return {
+    n,
+    delivered: delivered.length,
+    deliveriesPerSec: round((delivered.length * 1000) / Math.max(1, last - t0)),
+    latencyMs: latency(delivered.map((e) => receiver.delivered.get(e.id)! - r.sentAt[e.id]!)),
+  };
+}
+
+export const deliveryBenchmark: Benchmark = {
+  name: 'delivery',
+  title: '1. Delivery throughput, end to end',
+  async run(ctx: BenchContext): Promise<BenchResult> {
+    const n = ctx.quick ? 200 : 1000;
+    const temporal = await ctx.temporal();
+    const receiver = ctx.receiver;
+    const databaseUrl = await freshDatabase(ctx.pg);
+    ctx.log(`ours: ${n} events over 100 tasks, 1 worker process`);
+    const ours = await runDeliveryThroughput({
+      temporalAddress: temporal.address,
+      n,
+      databaseUrl,
+      receiver,
+      serverPid: temporal.pid,
+    });
+    ctx.log('baseline (a): bare workflow');
+    const bare = await startBareWorker(temporal.address, receiver);
+    let a;
+    try {
+      a = await runBareThroughput(bare, receiver, n, { serverPid: temporal.pid });
+    } finally {
+      await bare.stop();
+    }
+    ctx.log('baselines (b) @a2a-js/sdk and (c) raw undici');
+    const b = await runDirect('sdk', receiver, n);
+    const c = await runDirect('undici', receiver, n);
+    const lat = (label: string, l: Latency): ChartRow[] => [
+      { bench: '1 delivery', series: label, metric: 'p50', value: l.p50, unit: 'ms' },
+      { bench: '1 delivery', series: label, metric: 'p99', value: l.p99, unit: 'ms' },
+    ];
+    const tp = (label: string, v: number): ChartRow => ({
+      bench: '1 delivery',
+      series: label,
+      metric: 'throughput',
+      value: v,
+      unit: 'deliveries/s',
+    });
+    return {
+      name: this.name,
+      title: this.title,
+      figures: [
+        figure(
+          'ours deliveries/s',
+          ours.deliveriesPerSec,
+          '/s',
+          { label: '(a) bare workflow', value: a.deliveriesPerSec },
+          {
+            text: '≥ 0.8 × (a)',
+            met: ours.deliveriesPerSec >= 0.8 * a.deliveriesPerSec,
+          },
+        ),
+        figure('ours deliveries/s', ours.deliveriesPerSec, '/s', {
+          label: '(b) @a2a-js/sdk sender',
+          value: b.deliveriesPerSec,
+        }),
+        figure('ours deliveries/s', ours.deliveriesPerSec, '/s', {
+          label: '(c) raw undici',
+          value: c.deliveriesPerSec,
+        }),
+        figure('ours event → POST p50', ours.latencyMs.p50, 'ms', {
+          label: '(a) start → POST p50',
+          value: a.latencyMs.p50,
+        }),
+        figure('ours event → POST p99', ours.latencyMs.p99, 'ms', {
+          label: '(a) start → POST p99',
+          value: a.latencyMs.p99,
+        }),
+        figure('(b) sdk send → POST p50/p99', b.latencyMs.p50, 'ms', {
+          label: '(c) undici p50',
+          value: c.latencyMs.p50,
+        }),
+        figure('ours worker CPU', ours.cpu.workersTotal, 'cores', {
+          label: '(a) worker CPU',
+          value: a.cpu.worker,
+        }),
+        figure('dev server CPU (ours)', ours.cpu.server ?? NaN, 'cores', {
+          label: 'dev server CPU (a)',
+          value: a.cpu.server ?? NaN,
+        }),
+      ],
+      chart: [
+        tp('ours', ours.deliveriesPerSec),
+        tp('(a) bare workflow', a.deliveriesPerSec),
+        tp('(b) @a2a-js/sdk', b.deliveriesPerSec),
+        tp('(c) raw undici', c.deliveriesPerSec),
+        ...lat('ours', ours.latencyMs),
+        ...lat('(a) bare workflow', a.latencyMs),
+        ...lat('(b) @a2a-js/sdk', b.latencyMs),
+        ...lat('(c) raw undici', c.latencyMs),
+      ],
+      notes: [
+        `ours, p50 per stage (ms): ${JSON.stringify(ours.stages ?? {})}`,
+        `${n} events over 100 tasks (one config each), 32 event writes in flight; (a) 32 starts in flight; (b), (c) 32 sends in flight from one process.`,
+        '(b) and (c) send once and keep nothing durable: they are the ceiling of one process posting, not a like-for-like sender.',
+        `(b) latency p99 ${b.latencyMs.p99} ms, (c) p99 ${c.latencyMs.p99} ms.`,
+      ],
+      details: { ours, a, b, c },
+    };
+  },
+};

@@ -1,0 +1,166 @@
+import path from 'node:path';
+import { createPool, migrate } from '../src/db/pool';
+import { ApiClient } from './lib/api';
+import type { Benchmark, BenchContext } from './lib/context';
+import { load, type LoadResult } from './lib/load';
+import { figure, type Figure } from './lib/report';
+import { freshDatabase, spawnBenchProcess, startServices } from './lib/stack';
+import { freePort } from './lib/util';
+
+interface Registration {
+  id: string;
+  pushNotificationConfig: { url: string; authentication: { credentials: string } };
+}
+
+const CONNECTIONS = 32;
+const body = (i: number) =>
+  JSON.stringify({
+    statusUpdate: { taskId: `rt-${i}`, contextId: 'ctx', status: { state: 'TASK_STATE_WORKING' } },
+  });
+
+/** Our inbox process (and an api to create 100 embedded registrations), loaded by autocannon. */
+async function loadOurs(
+  ctx: BenchContext,
+  temporalAddress: string,
+  durationS: number,
+): Promise<{ result: LoadResult; ids: string[] }> {
+  const services = await startServices({
+    dir: ctx.dir,
+    databaseUrl: await freshDatabase(ctx.pg),
+    temporalAddress,
+    caFile: ctx.receiver.tls.caFile,
+    start: { workers: false },
+    env: { INBOX_BOUND_PER_REGISTRATION: '10000000', INBOX_BOUND_TOTAL: '100000000' },
+  });
+  try {
+    const api = new ApiClient(services.api.url, services.apiKey, 8);
+    const regs: Registration[] = [];
+    for (let i = 0; i < 100; i++) {
+      const r = await api.call('POST', '/v1/registrations', {
+        mode: 'embedded',
+        agent: { url: 'https://127.0.0.1:9/agent' },
+      });
+      if (r.status !== 201) throw new Error(`registration: ${r.status} ${JSON.stringify(r.json)}`);
+      regs.push(r.json as Registration);
+    }
+    await api.close();
+    let k = 0;
+    const result = await load({
+      url: services.inbox.url,
+      connections: CONNECTIONS,
+      durationS,
+      next: () => {
+        const reg = regs[k++ % regs.length]!;
+        return {
+          path: new URL(reg.pushNotificationConfig.url).pathname,
+          headers: {
+            'content-type': 'application/a2a+json',
+            authorization: `Bearer ${reg.pushNotificationConfig.authentication.credentials}`,
+          },
+          body: body(k),
+        };
+      },
+    });
+    return { result, ids: regs.map((r) => r.id) };
+  } finally {
+    await services.stop();
+  }
+}
+
+/** The baseline in its own process and database (same schema and registrations): one INSERT per callback. */
+async function loadBaseline(ctx: BenchContext, ids: string[], durationS: number): Promise<LoadResult> {
+  const url = await freshDatabase(ctx.pg);
+  const db = createPool(url, 2);
+  await migrate(db);
+  await db.query("INSERT INTO tenants (id) VALUES ('default') ON CONFLICT DO NOTHING");
+  await db.query(
+    `INSERT INTO registrations (id, tenant_id, mode, status, agent_url, push_enabled)
+     SELECT unnest($1::uuid[]), 'default', 'embedded', 'pending', 'https://127.0.0.1:9/agent', true`,
+    [ids],
+  );
+  await db.end();
+  const baseline = await spawnBenchProcess(path.join(__dirname, 'lib', 'baseline-server.ts'), [
+    url,
+    'default',
+  ]);
+  try {
+    let k = 0;
+    return await load({
+      url: `http://127.0.0.1:${baseline.ready}`,
+      connections: CONNECTIONS,
+      durationS,
+      next: () => ({
+        path: `/a2a/push/${ids[k++ % ids.length]!}`,
+        headers: { 'content-type': 'application/a2a+json' },
+        body: body(k),
+      }),
+    });
+  } finally {
+    await baseline.stop();
+  }
+}
+
+export const inboxBenchmark: Benchmark = {
+  name: 'inbox',
+  title: '4. Inbox accept: valid callbacks at 32 concurrent senders over 100 registrations',
+  async run(ctx) {
+    const durationS = ctx.quick ? 5 : 15;
+    const temporal = await ctx.temporal();
+    ctx.log('ours: the inbox process, signalling the dev server');
+    const up = await loadOurs(ctx, temporal.address, durationS);
+    ctx.log('baseline: bare Express + pg insert');
+    const b = await loadBaseline(ctx, up.ids, durationS);
+    ctx.log('ours with Temporal unreachable (no signal reaches a server)');
+    const down = await loadOurs(ctx, `127.0.0.1:${await freePort()}`, durationS);
+    const o = up.result;
+    const d = down.result;
+    const figures: Figure[] = [
+      figure(
+        'ours callbacks/s',
+        o.rps,
+        '/s',
+        { label: 'baseline', value: b.rps },
+        { text: '≥ 0.8 × baseline', met: o.rps >= 0.8 * b.rps },
+      ),
+      figure('ours p50', o.p50, 'ms', { label: 'baseline p50', value: b.p50 }),
+      figure(
+        'ours p99',
+        o.p99,
+        'ms',
+        { label: 'baseline p99', value: b.p99 },
+        { text: '≤ 1.5 × baseline p99', met: o.p99 <= 1.5 * b.p99 },
+      ),
+      figure('ours, Temporal unreachable: callbacks/s', d.rps, '/s', { label: 'baseline', value: b.rps }),
+      figure('ours, Temporal unreachable: p99', d.p99, 'ms', { label: 'baseline p99', value: b.p99 }),
+    ];
+    const errs = (r: LoadResult) => r.non2xx + r.errors;
+    if (errs(o) + errs(b) + errs(d) > 0)
+      figures.push(figure('non-2xx/errors ours', errs(o), 'answers', { label: 'baseline', value: errs(b) }));
+    const bench = '4 inbox';
+    return {
+      name: this.name,
+      title: this.title,
+      figures,
+      chart: [
+        { bench, series: 'ours', metric: 'throughput', value: o.rps, unit: 'callbacks/s' },
+        {
+          bench,
+          series: 'ours, Temporal unreachable',
+          metric: 'throughput',
+          value: d.rps,
+          unit: 'callbacks/s',
+        },
+        { bench, series: 'baseline', metric: 'throughput', value: b.rps, unit: 'callbacks/s' },
+        { bench, series: 'ours', metric: 'p50', value: o.p50, unit: 'ms' },
+        { bench, series: 'ours', metric: 'p99', value: o.p99, unit: 'ms' },
+        { bench, series: 'baseline', metric: 'p50', value: b.p50, unit: 'ms' },
+        { bench, series: 'baseline', metric: 'p99', value: b.p99, unit: 'ms' },
+      ],
+      notes: [
+        `autocannon, ${CONNECTIONS} connections, ${durationS} s each, round-robin over 100 embedded registrations; bounds raised to 10,000,000 per registration and 100,000,000 in all.`,
+        'Ours: Bearer check, media type, StreamResponse validation, bounds, durable insert, then a coalesced signalWithStart (at most one per registration per second) to the dev server on this machine (no worker). Baseline: one INSERT of the same row, no check.',
+      ],
+      details: { ours: o, oursTemporalUnreachable: d, baseline: b },
+    };
+  },
+};

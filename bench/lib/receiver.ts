@@ -1,0 +1,110 @@
+import https from 'node:https';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import { makeTestTls, type TestTls } from '../../test/helpers/tls';
+import { benchIdOf, waitUntil } from './util';
+
+/** What the receiver answers the k-th request (1-based) for one benchmark id. */
+export type Script = (id: string, k: number) => number;
+
+export interface BenchReceiver {
+  url: string;
+  port: number;
+  tls: TestTls;
+  /** First 2xx arrival time (Date.now()) per benchmark id. */
+  delivered: Map<string, number>;
+  /** Requests seen per id, whatever the answer. */
+  seen: Map<string, number>;
+  posts: number;
+  setScript(s: Script): void;
+  reset(): void;
+  waitForAll(ids: Iterable<string>, timeoutMs: number): Promise<void>;
+  /** Stops listening and drops every connection (senders see connection refused). */
+  down(): Promise<void>;
+  up(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** The local HTTPS push target every sender posts to: counts POSTs and notes when each arrived. */
+export async function startBenchReceiver(port = 0): Promise<BenchReceiver> {
+  const tls = makeTestTls();
+  const delivered = new Map<string, number>();
+  const seen = new Map<string, number>();
+  let script: Script = () => 200;
+  const sockets = new Set<Socket>();
+  const r = {
+    url: '',
+    port,
+    tls,
+    delivered,
+    seen,
+    posts: 0,
+  } as BenchReceiver;
+
+  const handler = (req: IncomingMessage, res: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const at = Date.now();
+      r.posts++;
+      const id = benchIdOf(Buffer.concat(chunks).toString('utf8'));
+      let status = 200;
+      if (id !== undefined) {
+        const k = (seen.get(id) ?? 0) + 1;
+        seen.set(id, k);
+        status = script(id, k);
+        if (status < 300 && !delivered.has(id)) delivered.set(id, at);
+      }
+      res.writeHead(status, { 'content-type': 'text/plain', 'content-length': '2' });
+      res.end('ok');
+    });
+  };
+  let server: https.Server | undefined;
+  const listen = () =>
+    new Promise<void>((resolve, reject) => {
+      server = https.createServer({ cert: tls.certPem, key: tls.keyPem, keepAliveTimeout: 30_000 }, handler);
+      server.on('connection', (s: Socket) => {
+        sockets.add(s);
+        s.once('close', () => sockets.delete(s));
+      });
+      server.once('error', reject);
+      server.listen(r.port, '127.0.0.1', () => {
+        r.port = (server!.address() as { port: number }).port;
+        r.url = `https://127.0.0.1:${r.port}`;
+        resolve();
+      });
+    });
+  const stop = () =>
+    new Promise<void>((resolve) => {
+      if (!server) return resolve();
+      server.close(() => resolve());
+      for (const s of sockets) s.destroy();
+      server = undefined;
+    });
+  await listen();
+  r.setScript = (s) => {
+    script = s;
+  };
+  r.reset = () => {
+    delivered.clear();
+    seen.clear();
+    r.posts = 0;
+    script = () => 200;
+  };
+  r.waitForAll = async (ids, timeoutMs) => {
+    const want = [...ids];
+    let i = 0;
+    await waitUntil(
+      `${want.length} deliveries`,
+      () => {
+        while (i < want.length && delivered.has(want[i]!)) i++;
+        return i === want.length;
+      },
+      timeoutMs,
+    );
+  };
+  r.down = stop;
+  r.up = listen;
+  r.close = stop;
+  return r;
+}

@@ -1,0 +1,223 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { request } from 'undici';
+import { ensureDatabase, startEmbeddedPostgres, type EmbeddedPg } from '../../src/embedded/postgres';
+import { startDevServer, type DevServer } from '../../src/embedded/temporal';
+import { Keyring } from '../../src/sealing/keyring';
+import { freePort, sleep, waitUntil } from './util';
+
+export const ROOT = path.resolve(__dirname, '..', '..');
+
+/** A scratch folder for one benchmark run (Postgres data, dev server files, logs), removed at exit. */
+export function scratchDir(): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-push-bench-'));
+  // Embedded Postgres runs as its own user (we are root): it must reach its data dir below.
+  fs.chmodSync(dir, 0o755);
+  process.once('exit', () => {
+    if (!process.env.BENCH_KEEP) fs.rmSync(dir, { recursive: true, force: true });
+  });
+  return dir;
+}
+
+/** Embedded Postgres on a free port with its own data dir (fsync on, as in production). */
+export async function startBenchPostgres(dir: string): Promise<EmbeddedPg> {
+  return startEmbeddedPostgres({ dir: path.join(dir, 'pg'), port: await freePort() });
+}
+
+let dbCount = 0;
+export async function freshDatabase(pg: EmbeddedPg, prefix = 'bench'): Promise<string> {
+  const name = `${prefix}_${process.pid}_${++dbCount}`;
+  await ensureDatabase(pg.url('postgres'), name);
+  return pg.url(name);
+}
+
+export type StoreMode = 'sqlite-defaults' | 'wal' | 'memory';
+export const STORE_LABEL: Record<StoreMode, string> = {
+  'sqlite-defaults': 'SQLite defaults',
+  wal: 'WAL + synchronous=normal',
+  memory: 'in memory',
+};
+
+/** The Temporal dev server with a given store; `dbFile` lets a crash test restart on the same file. */
+export async function startBenchTemporal(
+  dir: string,
+  mode: StoreMode,
+  dbFile = path.join(dir, `temporal-${mode}-${Date.now()}.db`),
+  port?: number,
+): Promise<DevServer & { pid: number; dbFile?: string }> {
+  const s = await startDevServer({
+    port: port ?? (await freePort()),
+    ...(mode === 'memory' ? {} : { dbFile, sqliteDefaults: mode === 'sqlite-defaults' }),
+    log: () => undefined,
+  });
+  return { ...s, pid: s.process.pid!, ...(mode === 'memory' ? {} : { dbFile }) };
+}
+
+export const BENCH_API_KEY = 'a2ap_bench_key_0123456789abcdef';
+
+export interface ServiceProc {
+  kind: 'api' | 'inbox' | 'worker';
+  pid: number;
+  url: string;
+  child: ChildProcess;
+}
+
+export interface Services {
+  api: ServiceProc;
+  inbox: ServiceProc;
+  workers: ServiceProc[];
+  apiKey: string;
+  stop(): Promise<void>;
+}
+
+/** Short retries for the failure benchmark (and harmless for the others, where nothing fails). */
+export const SHORT_RETRIES = { RETRY_INITIAL: '500ms', RETRY_FACTOR: '2', RETRY_MAX: '4s' };
+
+function spawnService(kind: ServiceProc['kind'], env: Record<string, string>, logFile: string): ChildProcess {
+  const out = fs.openSync(logFile, 'a');
+  const flags = (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean);
+  return spawn(
+    process.execPath,
+    [...flags, '-r', 'ts-node/register/transpile-only', path.join(ROOT, 'src', 'main.ts'), kind],
+    {
+      cwd: ROOT,
+      env: { ...process.env, ...env, TS_NODE_PROJECT: path.join(ROOT, 'tsconfig.json') },
+      stdio: ['ignore', out, out],
+    },
+  );
+}
+
+/** api and inbox: /healthz (they listen once migrated; /readyz also needs Temporal, which a benchmark may keep away). */
+async function ready(url: string, child: ChildProcess, what: string, logFile: string, probe = '/readyz') {
+  await waitUntil(
+    `${what} /readyz`,
+    async () => {
+      if (child.exitCode !== null)
+        throw new Error(
+          `${what} exited with ${child.exitCode}; log:\n${fs.readFileSync(logFile, 'utf8').slice(-2000)}`,
+        );
+      try {
+        const r = await request(`${url}${probe}`);
+        await r.body.dump();
+        return r.statusCode === 200;
+      } catch {
+        return false;
+      }
+    },
+    120_000,
+  );
+}
+
+const stopChild = (c: ChildProcess) =>
+  new Promise<void>((resolve) => {
+    if (c.exitCode !== null || c.signalCode !== null) return resolve();
+    c.once('exit', () => resolve());
+    c.kill('SIGTERM');
+    setTimeout(() => c.kill('SIGKILL'), 25_000).unref();
+  });
+
+/**
+ * The service as production runs it: api, inbox and worker(s) each in its own Node process
+ * (`src/main.ts api|inbox|worker`), so none shares an event loop with the load generator.
+ */
+export async function startServices(o: {
+  dir: string;
+  databaseUrl: string;
+  temporalAddress: string;
+  namespace?: string;
+  caFile: string;
+  workers?: number;
+  /** Extra settings for every process (retry plan, bounds). */
+  env?: Record<string, string>;
+  /** Which processes to start (all by default). */
+  start?: { inbox?: boolean; workers?: boolean };
+}): Promise<Services> {
+  const [apiPort, inboxPort] = [await freePort(), await freePort()];
+  const base: Record<string, string> = {
+    DATABASE_URL: o.databaseUrl,
+    TEMPORAL_ADDRESS: o.temporalAddress,
+    TEMPORAL_NAMESPACE: o.namespace ?? 'default',
+    TASK_QUEUE: `bench-${process.pid}-${Date.now()}`,
+    SEAL_KEYS: Keyring.generateEntry('bench'),
+    BOOTSTRAP_API_KEY: BENCH_API_KEY,
+    PUBLIC_BASE_URL: `http://127.0.0.1:${inboxPort}`,
+    OUTBOUND_ALLOW_CIDRS: '127.0.0.1/32',
+    OUTBOUND_CA_FILE: o.caFile,
+    API_PORT: String(apiPort),
+    INBOX_PORT: String(inboxPort),
+    LOG_LEVEL: 'warn',
+    ...o.env,
+  };
+  const started: ServiceProc[] = [];
+  const log = (k: string) => path.join(o.dir, `${k}-${base.TASK_QUEUE}.log`);
+  try {
+    // The api migrates the database: it starts first.
+    const api = spawnService('api', base, log('api'));
+    const apiProc: ServiceProc = {
+      kind: 'api',
+      pid: api.pid!,
+      url: `http://127.0.0.1:${apiPort}`,
+      child: api,
+    };
+    started.push(apiProc);
+    await ready(apiProc.url, api, 'api', log('api'), '/healthz');
+    const pending: Array<Promise<void>> = [];
+    let inboxProc: ServiceProc | undefined;
+    if (o.start?.inbox !== false) {
+      const inbox = spawnService('inbox', base, log('inbox'));
+      inboxProc = { kind: 'inbox', pid: inbox.pid!, url: `http://127.0.0.1:${inboxPort}`, child: inbox };
+      started.push(inboxProc);
+      pending.push(ready(inboxProc.url, inbox, 'inbox', log('inbox'), '/healthz'));
+    }
+    const workers: ServiceProc[] = [];
+    if (o.start?.workers !== false)
+      for (let i = 0; i < (o.workers ?? 1); i++) {
+        const port = await freePort();
+        const w = spawnService('worker', { ...base, WORKER_PORT: String(port) }, log(`worker${i}`));
+        const wp: ServiceProc = { kind: 'worker', pid: w.pid!, url: `http://127.0.0.1:${port}`, child: w };
+        workers.push(wp);
+        started.push(wp);
+        pending.push(ready(wp.url, w, `worker ${i}`, log(`worker${i}`)));
+      }
+    await Promise.all(pending);
+    return {
+      api: apiProc,
+      inbox: inboxProc ?? apiProc,
+      workers,
+      apiKey: BENCH_API_KEY,
+      async stop() {
+        await Promise.all(started.map((p) => stopChild(p.child)));
+      },
+    };
+  } catch (err) {
+    await Promise.all(started.map((p) => stopChild(p.child)));
+    throw err;
+  }
+}
+
+/** A process of our own (a baseline server or worker) run through ts-node, ready when it prints READY. */
+export async function spawnBenchProcess(
+  script: string,
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ child: ChildProcess; pid: number; stop(): Promise<void>; ready: string }> {
+  const child = spawn(process.execPath, ['-r', 'ts-node/register/transpile-only', script, ...args], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  const line = await new Promise<string>((resolve, reject) => {
+    child.stdout!.on('data', (b: Buffer) => {
+      out += b.toString();
+      const m = /READY(.*)\n/.exec(out);
+      if (m) resolve(m[1]!.trim());
+    });
+    child.once('exit', (code) => reject(new Error(`${script} exited with ${code} before READY`)));
+  });
+  return { child, pid: child.pid!, ready: line, stop: () => stopChild(child) };
+}
+
+export { sleep };

@@ -31,16 +31,11 @@ interface Target {
 
 /**
  * Coalesces workflow signals per registration: while one is in flight, newer callbacks only mark the
- * registration dirty, and one more signal follows when it returns, but not sooner than `minIntervalMs`
- * after the previous one: a registration under a stream of callbacks costs Temporal a signal per
- * interval, not one per callback (each signal only asks for a GetTask). A lost signal is repaired by polling.
+ * registration dirty, and one more signal follows when it returns. A lost signal is repaired by polling.
  */
 export class SignalCoalescer {
   private readonly state = new Map<string, { dirty: boolean }>();
-  constructor(
-    private readonly send: (t: Target) => Promise<void>,
-    private readonly minIntervalMs = 1000,
-  ) {}
+  constructor(private readonly send: (t: Target) => Promise<void>) {}
   inFlight(): number {
     return this.state.size;
   }
@@ -55,11 +50,7 @@ export class SignalCoalescer {
     const loop = async () => {
       do {
         entry.dirty = false;
-        const sentAt = Date.now();
         await this.send(t).catch(() => undefined);
-        // Callbacks until the interval is over join the next signal.
-        const wait = this.minIntervalMs - (Date.now() - sentAt);
-        if (wait > 0) await new Promise((r) => setTimeout(r, wait).unref());
       } while (entry.dirty);
       this.state.delete(t.id);
     };
@@ -91,14 +82,6 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
     );
     next();
   });
-
-  // The total bound is counted exactly only while it may be near (or the last count is over a second
-  // old): far below it, a count over every unprocessed row for each callback was the inbox's largest cost.
-  // Between counts this process adds its own inserts; another process's inserts show at the next count.
-  let pendingEstimate = Number.POSITIVE_INFINITY;
-  let countedAt = 0;
-  const mustCountTotal = () =>
-    pendingEstimate >= settings.INBOX_BOUND_TOTAL / 2 || Date.now() - countedAt > 1000;
 
   const coalescer = new SignalCoalescer(async (t) => {
     await signalRegistration(deps.temporal, settings.TASK_QUEUE, t);
@@ -183,38 +166,35 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
       const client = await db.connect();
       let outcome: 'stored' | 'late' | 'bound_registration' | 'bound_total';
       try {
-        const countTotal = mustCountTotal();
-        const lit = (x: string | null) => (x === null ? 'NULL' : client.escapeLiteral(x));
-        const id = lit(t.id);
-        // One round trip: the transaction's statements go as one simple query (values escaped by pg).
-        // The row lock serialises callbacks per registration; the statement after it takes a fresh
-        // snapshot, so the bound counts exactly and the status is the latest one.
-        const results = (await client.query(
-          `BEGIN;
-           SELECT 1 FROM registrations WHERE id = ${id} FOR UPDATE;
-           WITH reg AS (SELECT status IN ('pending', 'active') AS open FROM registrations WHERE id = ${id}),
-                per AS (SELECT count(*) AS c FROM inbox_callbacks WHERE registration_id = ${id} AND processed_at IS NULL),
-                tot AS (SELECT ${countTotal ? '(SELECT count(*) FROM inbox_callbacks WHERE processed_at IS NULL)' : '0::bigint'} AS c),
-                ins AS (INSERT INTO inbox_callbacks (registration_id, body_task_id, kind, body)
-                        SELECT ${id}, ${lit(v.taskId ?? null)}, ${lit(v.kind)}, ${lit(text)} FROM reg, per, tot
-                         WHERE reg.open AND per.c < ${settings.INBOX_BOUND_PER_REGISTRATION} AND tot.c < ${settings.INBOX_BOUND_TOTAL}
-                        RETURNING id),
-                upd AS (UPDATE registrations r
-                           SET callbacks_received = callbacks_received + 1,
-                               callbacks_late = callbacks_late + CASE WHEN reg.open THEN 0 ELSE 1 END
-                          FROM reg WHERE r.id = ${id} AND (NOT reg.open OR EXISTS (SELECT 1 FROM ins)) RETURNING 1)
-           SELECT reg.open, (SELECT count(*) FROM ins) AS inserted, per.c AS per, tot.c AS total FROM reg, per, tot;
-           COMMIT`,
-        )) as unknown as Array<{
-          rows: Array<{ open: boolean; inserted: string; per: string; total: string }>;
-        }>;
-        const row = results[2]?.rows[0];
-        if (!row || !row.open) outcome = 'late';
-        else {
-          if (countTotal) {
-            pendingEstimate = Number(row.total) + Number(row.inserted);
-            countedAt = Date.now();
-          } else pendingEstimate += Number(row.inserted);
+        await client.query('BEGIN');
+        // The row lock serialises callbacks per registration, so its bound counts exactly.
+        const lock = await client.query<{ status: string }>(
+          'SELECT status FROM registrations WHERE id = $1 FOR UPDATE',
+          [t.id],
+        );
+        const status = lock.rows[0]?.status;
+        if (status !== 'pending' && status !== 'active') {
+          await countLate(client, t.id);
+          outcome = 'late';
+        } else {
+          const r = await client.query<{ inserted: string; per: string; total: string }>(
+            `WITH per AS (SELECT count(*) AS c FROM inbox_callbacks WHERE registration_id = $1 AND processed_at IS NULL),
+                    tot AS (SELECT count(*) AS c FROM inbox_callbacks WHERE processed_at IS NULL),
+                    ins AS (INSERT INTO inbox_callbacks (registration_id, body_task_id, kind, body)
+                            SELECT $1, $2, $3, $4 FROM per, tot WHERE per.c < $5 AND tot.c < $6 RETURNING id),
+                    upd AS (UPDATE registrations SET callbacks_received = callbacks_received + 1
+                             WHERE id = $1 AND EXISTS (SELECT 1 FROM ins) RETURNING 1)
+               SELECT (SELECT count(*) FROM ins) AS inserted, per.c AS per, tot.c AS total FROM per, tot`,
+            [
+              t.id,
+              v.taskId ?? null,
+              v.kind,
+              text,
+              settings.INBOX_BOUND_PER_REGISTRATION,
+              settings.INBOX_BOUND_TOTAL,
+            ],
+          );
+          const row = r.rows[0]!;
           outcome =
             row.inserted !== '0'
               ? 'stored'
@@ -222,6 +202,7 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
                 ? 'bound_registration'
                 : 'bound_total';
         }
+        await client.query('COMMIT');
       } catch (err) {
         await client.query('ROLLBACK').catch(() => undefined);
         throw err;

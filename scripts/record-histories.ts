@@ -12,13 +12,13 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { WorkflowNotFoundError } from '@temporalio/client';
-import { bundleWorkflowCode } from '@temporalio/worker';
 import { historyToObject } from '../test/replay/history-payloads';
 import { startEmbeddedPostgres } from '../src/embedded/postgres';
 import { startDevServer } from '../src/embedded/temporal';
 import { makeDeliveryWorkflowId, makeRegistrationWorkflowId } from '../src/ids';
 import { startTestAgent } from '../test/helpers/agent';
 import { freePort } from '../test/helpers/test-services-port';
+import { writeWorkflowBundle } from '../test/helpers/global-setup';
 import {
   connectDevServer,
   createConfig,
@@ -56,19 +56,7 @@ async function main() {
   process.env.TEST_PG_ADMIN_URL = pg.url('postgres');
   process.env.TEST_TEMPORAL_ADDRESS = temporalServer.address;
   const bundlePath = path.join(dir, 'workflow-bundle.js');
-  const { code } = await bundleWorkflowCode({
-    workflowsPath: path.join(ROOT, 'src', 'workflows', 'index.ts'),
-    workflowInterceptorModules: [path.join(ROOT, 'src', 'workflows', 'interceptors.ts')],
-    logger: {
-      trace() {},
-      debug() {},
-      info() {},
-      warn() {},
-      error: (m: string) => console.error(m),
-      log() {},
-    } as never,
-  });
-  fs.writeFileSync(bundlePath, code);
+  await writeWorkflowBundle(bundlePath);
   process.env.TEST_WORKFLOW_BUNDLE = bundlePath;
 
   const temporal = await connectDevServer();

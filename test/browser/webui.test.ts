@@ -3,10 +3,10 @@
  * filters the workflow list by TaskId, finds the delivery workflow and reads its summary.
  * Screenshots land in test-output/webui/. Run with `npx jest -c jest.browser.config.js`.
  */
+import { freePort } from '../helpers/test-services-port';
 import { spawn, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
@@ -51,14 +51,6 @@ const OUT_DIR = path.resolve(__dirname, '..', '..', 'test-output', OUT);
 const hasChromium = fs.existsSync(CHROMIUM);
 if (!hasChromium) console.warn(`Web UI browser check skipped: ${SKIP_REASON}`);
 const describeIfChromium = hasChromium ? describe : describe.skip;
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const s = net.createServer().listen(0, '127.0.0.1', () => {
-      const p = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(p));
-    });
-  });
 
 describeIfChromium(
   hasChromium

@@ -8,6 +8,23 @@ import { registerNamespace } from '../../scripts/cluster/cluster';
 export const ROOT = path.resolve(__dirname, '..', '..');
 export const BUNDLE_PATH = path.join(ROOT, '.test-tmp', 'workflow-bundle.js');
 
+/** The production workflow code and interceptors, bundled once into `file` for workers and replay. */
+export async function writeWorkflowBundle(file: string): Promise<void> {
+  const { code } = await bundleWorkflowCode({
+    workflowsPath: path.join(ROOT, 'src', 'workflows', 'index.ts'),
+    workflowInterceptorModules: [path.join(ROOT, 'src', 'workflows', 'interceptors.ts')],
+    logger: {
+      trace() {},
+      debug() {},
+      info() {},
+      warn() {},
+      error: (m: string) => console.error(m),
+      log() {},
+    } as never,
+  });
+  fs.writeFileSync(file, code);
+}
+
 declare global {
   var __A2A_TEST_SERVICES__: ChildProcess | undefined;
 }
@@ -51,18 +68,6 @@ export default async function globalSetup(): Promise<void> {
 
   // The workflow bundle is built once for every test file that runs a worker.
   fs.mkdirSync(path.dirname(BUNDLE_PATH), { recursive: true });
-  const { code } = await bundleWorkflowCode({
-    workflowsPath: path.join(ROOT, 'src', 'workflows', 'index.ts'),
-    workflowInterceptorModules: [path.join(ROOT, 'src', 'workflows', 'interceptors.ts')],
-    logger: {
-      trace() {},
-      debug() {},
-      info() {},
-      warn() {},
-      error: (m: string) => console.error(m),
-      log() {},
-    } as never,
-  });
-  fs.writeFileSync(BUNDLE_PATH, code);
+  await writeWorkflowBundle(BUNDLE_PATH);
   process.env.TEST_WORKFLOW_BUNDLE = BUNDLE_PATH;
 }

@@ -4,23 +4,13 @@
  * stdin closes or it is signalled. Used by test/helpers/global-setup.ts.
  */
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { startEmbeddedPostgres } from '../../src/embedded/postgres';
 import { startDevServer } from '../../src/embedded/temporal';
 import { freePortBlock, startCluster } from '../../scripts/cluster/cluster';
+import { freePort } from './test-services-port';
 import { pgServerFromUrl } from '../../scripts/cluster/postgres';
-
-export const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
 
 async function main() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-push-test-'));

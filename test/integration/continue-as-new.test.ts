@@ -1,5 +1,5 @@
+import { freePort } from '../helpers/test-services-port';
 import crypto from 'node:crypto';
-import net from 'node:net';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection } from '@temporalio/worker';
 import { startDevServer, type DevServer } from '../../src/embedded/temporal';
@@ -8,14 +8,6 @@ import { startTestAgent, type TestAgent } from '../helpers/agent';
 import { eventually, json, quietTemporal, startStack, type Stack } from '../helpers/harness';
 
 jest.setTimeout(90_000);
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const s = net.createServer().listen(0, '127.0.0.1', () => {
-      const p = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(p));
-    });
-  });
 
 let server: DevServer | undefined;
 let connection: Connection;

@@ -2,6 +2,7 @@
  * SIGTERM (contract section 7): listeners stop accepting, in-flight requests finish, the worker drains,
  * then exit 0. Tested on real processes: `src/main.ts api|inbox|worker` as children, signalled.
  */
+import { freePort } from '../helpers/test-services-port';
 import { spawn, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import http from 'node:http';
@@ -22,16 +23,6 @@ interface Child {
   output: string[];
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>;
 }
-
-const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

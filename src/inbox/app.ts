@@ -177,14 +177,17 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
           await countLate(client, t.id);
           outcome = 'late';
         } else {
-          const r = await client.query<{ inserted: string; per: string; total: string }>(
+          // The per-registration count is exact under the row lock above; the total bound is one
+          // counter row (migration 005), taken last so its lock is held only to the commit.
+          const r = await client.query<{ inserted: string; per: string }>(
             `WITH per AS (SELECT count(*) AS c FROM inbox_callbacks WHERE registration_id = $1 AND processed_at IS NULL),
-                    tot AS (SELECT count(*) AS c FROM inbox_callbacks WHERE processed_at IS NULL),
+                    slot AS (UPDATE inbox_pending SET pending = pending + 1
+                              WHERE id = 1 AND pending < $6 AND (SELECT c FROM per) < $5 RETURNING 1),
                     ins AS (INSERT INTO inbox_callbacks (registration_id, body_task_id, kind, body)
-                            SELECT $1, $2, $3, $4 FROM per, tot WHERE per.c < $5 AND tot.c < $6 RETURNING id),
+                            SELECT $1, $2, $3, $4 FROM slot RETURNING id),
                     upd AS (UPDATE registrations SET callbacks_received = callbacks_received + 1
                              WHERE id = $1 AND EXISTS (SELECT 1 FROM ins) RETURNING 1)
-               SELECT (SELECT count(*) FROM ins) AS inserted, per.c AS per, tot.c AS total FROM per, tot`,
+               SELECT (SELECT count(*) FROM ins) AS inserted, per.c AS per FROM per`,
             [
               t.id,
               v.taskId ?? null,

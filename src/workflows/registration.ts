@@ -2,6 +2,7 @@ import {
   allHandlersFinished,
   condition,
   log,
+  patched,
   continueAsNew,
   proxyActivities,
   setCurrentDetails,
@@ -75,6 +76,16 @@ export async function registrationWorkflow(input: RegistrationInput): Promise<Re
   if (info.status !== 'pending' && info.status !== 'active') return end({ status: info.status });
   if (info.needsRemoteConfig) await acts.setupRemotePushConfig({ registrationId });
 
+  // The Web UI finds the registration by the remote task id once it is known. The start sets it when
+  // the id was known to the starter; a run whose starter saw none but whose first load does (the id
+  // was posted in between) sets it here.
+  const showTaskId = (id: string | undefined) => {
+    if (id && workflowInfo().typedSearchAttributes.get(TaskId) !== id)
+      upsertSearchAttributes([{ key: TaskId, value: id }]);
+  };
+  // Patched: runs started before this check replay without the upsert.
+  if (info.remoteTaskId && workflowInfo().typedSearchAttributes.get(TaskId) !== info.remoteTaskId)
+    if (patched('task-id-at-start')) showTaskId(info.remoteTaskId);
   let remoteTaskKnown = info.remoteTaskKnown;
   let pollMs = input.pollMs ?? info.pollInitialMs;
   for (;;) {
@@ -96,8 +107,7 @@ export async function registrationWorkflow(input: RegistrationInput): Promise<Re
       if (taskKnownSignal) {
         const now = await acts.loadRegistration({ registrationId });
         remoteTaskKnown = now.remoteTaskKnown;
-        // The Web UI finds the registration by the remote task id from here on.
-        if (now.remoteTaskId) upsertSearchAttributes([{ key: TaskId, value: now.remoteTaskId }]);
+        showTaskId(now.remoteTaskId);
       }
       continue;
     }

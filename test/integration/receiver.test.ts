@@ -4,6 +4,7 @@ import { ClientFactory } from '@a2a-js/sdk/client';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { startTestAgent, type TestAgent } from '../helpers/agent';
 import { makeRegistrationWorkflowId } from '../../src/ids';
+import { signalRegistration } from '../../src/temporal';
 import { RegistrationId, TaskId } from '../../src/workflows/search-attributes';
 import { makeTestTls } from '../helpers/tls';
 import { connectDevServer, eventually, json, startStack, type Json, type Stack } from '../helpers/harness';
@@ -12,11 +13,12 @@ jest.setTimeout(60_000);
 
 let temporal: Awaited<ReturnType<typeof connectDevServer>>;
 let stack: Stack;
+const taskQueue = `receiver-it-${crypto.randomBytes(4).toString('hex')}`;
 const tlsAgent = new Agent({ connect: { ca: makeTestTls().caPem } });
 
 beforeAll(async () => {
   temporal = await connectDevServer();
-  stack = await startStack(temporal, `receiver-it-${crypto.randomBytes(4).toString('hex')}`, { env: {} });
+  stack = await startStack(temporal, taskQueue, { env: {} });
 });
 afterAll(async () => {
   await stack?.close();
@@ -161,6 +163,39 @@ describe.each(['JSONRPC', 'HTTP+JSON'] as const)(
     });
   },
 );
+
+describe('the TaskId search attribute', () => {
+  it('is set when the run was started without the id but its first load finds it (the id was posted in between)', async () => {
+    const agent = await startTestAgent();
+    try {
+      const reg = await register({ mode: 'embedded', agent: { url: agent.url } });
+      const handle = temporal.client.workflow.getHandle(makeRegistrationWorkflowId(reg.id));
+      // The registration's run, if one is going, ends; the id is then posted with no run to signal.
+      await handle.terminate('test: start the next run by hand').catch(() => undefined);
+      const taskId = `race-${crypto.randomBytes(4).toString('hex')}`;
+      agent.setState(taskId, 'TASK_STATE_WORKING');
+      await stack.tdb.db.query(
+        `UPDATE registrations SET remote_task_id = $2, status = 'active' WHERE id = $1`,
+        [reg.id, taskId],
+      );
+      // A starter that read the row before the id was posted (as an inbox callback does).
+      await signalRegistration(temporal.client, taskQueue, {
+        id: reg.id,
+        tenant_id: 'tenant-a',
+        agent_url: agent.url,
+        remote_task_id: null,
+      });
+      const sa = await eventually(
+        () => handle.describe().then((d) => d.typedSearchAttributes),
+        (t) => t.get(TaskId) === taskId,
+        20_000,
+      );
+      expect(sa.get(RegistrationId)).toBe(reg.id);
+    } finally {
+      await agent.close();
+    }
+  });
+});
 
 describe('the resolutions feed', () => {
   it('pages with stable cursors; each resolution appears exactly once across pages; bad parameters are 400', async () => {

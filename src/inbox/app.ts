@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 import { isUuid } from '../ids';
 import express, { type Request, type Response } from 'express';
 import type { Client } from '@temporalio/client';
@@ -31,15 +32,21 @@ interface Target {
 
 /**
  * Coalesces workflow signals per registration: while one is in flight, newer callbacks only mark the
- * registration dirty, and one more signal follows when it returns. A lost signal is repaired by polling.
+ * registration dirty, and one more signal follows when it returns, no sooner than `minIntervalMs`
+ * after the previous one began. The first callback after a quiet spell signals at once; a burst costs
+ * the Temporal server at most one signal per registration per interval. A lost signal is repaired by
+ * polling.
  */
-export class SignalCoalescer {
+export class SignalCoalescer<T extends { id: string }> {
   private readonly state = new Map<string, { dirty: boolean }>();
-  constructor(private readonly send: (t: Target) => Promise<void>) {}
+  constructor(
+    private readonly send: (t: T) => Promise<void>,
+    private readonly minIntervalMs = 1_000,
+  ) {}
   inFlight(): number {
     return this.state.size;
   }
-  signal(t: Target): void {
+  signal(t: T): void {
     const s = this.state.get(t.id);
     if (s) {
       s.dirty = true;
@@ -48,10 +55,14 @@ export class SignalCoalescer {
     const entry = { dirty: false };
     this.state.set(t.id, entry);
     const loop = async () => {
-      do {
+      for (;;) {
         entry.dirty = false;
+        const began = Date.now();
         await this.send(t).catch(() => undefined);
-      } while (entry.dirty);
+        if (!entry.dirty) break;
+        const wait = this.minIntervalMs - (Date.now() - began);
+        if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      }
       this.state.delete(t.id);
     };
     void loop();
@@ -83,7 +94,7 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
     next();
   });
 
-  const coalescer = new SignalCoalescer(async (t) => {
+  const coalescer = new SignalCoalescer<Target>(async (t) => {
     await signalRegistration(deps.temporal, settings.TASK_QUEUE, t);
   });
 
@@ -163,54 +174,44 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
         res.status(200).json({ status: 'late' });
         return;
       }
-      const client = await db.connect();
-      let outcome: 'stored' | 'late' | 'bound_registration' | 'bound_total';
-      try {
-        await client.query('BEGIN');
-        // The row lock serialises callbacks per registration, so its bound counts exactly.
-        const lock = await client.query<{ status: string }>(
-          'SELECT status FROM registrations WHERE id = $1 FOR UPDATE',
+      // One statement, one round trip: the conditional UPDATE of the registration row takes the
+      // per-registration slot (exact: a concurrent callback's lock is waited for and the count
+      // re-checked), the stripes' sum checks the total, then the row is inserted (migration 005).
+      const stored = await db.query<{ inserted: string }>(
+        `WITH reg AS (
+                UPDATE registrations SET inbox_pending = inbox_pending + 1, callbacks_received = callbacks_received + 1
+                 WHERE id = $1 AND status IN ('pending', 'active') AND inbox_pending < $5
+                   AND (SELECT sum(pending) FROM inbox_pending_stripes) < $6
+                RETURNING id),
+              stripe AS (UPDATE inbox_pending_stripes SET pending = pending + 1
+                          WHERE stripe = $7 AND EXISTS (SELECT 1 FROM reg) RETURNING 1),
+              ins AS (INSERT INTO inbox_callbacks (registration_id, body_task_id, kind, body)
+                      SELECT id, $2, $3, $4 FROM reg RETURNING id)
+         SELECT count(*) AS inserted FROM ins`,
+        [
+          t.id,
+          v.taskId ?? null,
+          v.kind,
+          text,
+          settings.INBOX_BOUND_PER_REGISTRATION,
+          settings.INBOX_BOUND_TOTAL,
+          crypto.randomInt(16),
+        ],
+      );
+      let outcome: 'stored' | 'late' | 'bound_registration' | 'bound_total' = 'stored';
+      if (stored.rows[0]!.inserted === '0') {
+        // Not stored: say why, from the row as it is now (the rare path).
+        const now = await db.query<{ status: string; inbox_pending: number }>(
+          'SELECT status, inbox_pending FROM registrations WHERE id = $1',
           [t.id],
         );
-        const status = lock.rows[0]?.status;
-        if (status !== 'pending' && status !== 'active') {
-          await countLate(client, t.id);
+        const r = now.rows[0];
+        if (!r || (r.status !== 'pending' && r.status !== 'active')) {
+          await countLate(db, t.id);
           outcome = 'late';
-        } else {
-          // The per-registration count is exact under the row lock above; the total bound is one
-          // counter row (migration 005), taken last so its lock is held only to the commit.
-          const r = await client.query<{ inserted: string; per: string }>(
-            `WITH per AS (SELECT count(*) AS c FROM inbox_callbacks WHERE registration_id = $1 AND processed_at IS NULL),
-                    slot AS (UPDATE inbox_pending SET pending = pending + 1
-                              WHERE id = 1 AND pending < $6 AND (SELECT c FROM per) < $5 RETURNING 1),
-                    ins AS (INSERT INTO inbox_callbacks (registration_id, body_task_id, kind, body)
-                            SELECT $1, $2, $3, $4 FROM slot RETURNING id),
-                    upd AS (UPDATE registrations SET callbacks_received = callbacks_received + 1
-                             WHERE id = $1 AND EXISTS (SELECT 1 FROM ins) RETURNING 1)
-               SELECT (SELECT count(*) FROM ins) AS inserted, per.c AS per FROM per`,
-            [
-              t.id,
-              v.taskId ?? null,
-              v.kind,
-              text,
-              settings.INBOX_BOUND_PER_REGISTRATION,
-              settings.INBOX_BOUND_TOTAL,
-            ],
-          );
-          const row = r.rows[0]!;
+        } else
           outcome =
-            row.inserted !== '0'
-              ? 'stored'
-              : Number(row.per) >= settings.INBOX_BOUND_PER_REGISTRATION
-                ? 'bound_registration'
-                : 'bound_total';
-        }
-        await client.query('COMMIT');
-      } catch (err) {
-        await client.query('ROLLBACK').catch(() => undefined);
-        throw err;
-      } finally {
-        client.release();
+            r.inbox_pending >= settings.INBOX_BOUND_PER_REGISTRATION ? 'bound_registration' : 'bound_total';
       }
       if (outcome === 'bound_registration' || outcome === 'bound_total')
         return answer(

@@ -9,4 +9,6 @@ module.exports = {
   testTimeout: 600000,
   // One at a time: they measure recovery on a small, shared machine.
   maxWorkers: 1,
+  // In band, a child process or socket a failed test left behind would keep jest (and CI) waiting.
+  forceExit: true,
 };

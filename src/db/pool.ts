@@ -10,8 +10,11 @@ export type Tx = PoolClient;
 
 export function createPool(connectionString: string, max = 20): Db {
   const pool = new Pool({ connectionString, max, idleTimeoutMillis: 30_000, connectionTimeoutMillis: 5_000 });
-  // An idle client that loses its server (Postgres restart) must not crash the process.
+  // A client that loses its server (Postgres restart) must not crash the process: an idle one is
+  // reported on the pool; a checked-out one emits on itself (its queries fail, and the pool drops it
+  // on release).
   pool.on('error', () => undefined);
+  pool.on('connect', (client) => client.on('error', () => undefined));
   return pool;
 }
 

@@ -48,7 +48,10 @@ beforeAll(async () => {
   await Promise.all([ready(api), ready(worker)]);
 });
 
+let stopWriters = () => undefined as void;
+
 afterAll(async () => {
+  stopWriters();
   await stopAll(svcs);
   await receiver?.close();
   await pg?.remove();
@@ -78,6 +81,10 @@ it('Postgres stopped and restarted under writes: each write 202 and delivered, o
   const writes: Write[] = [];
   let k = 0;
   let writing = true;
+  // A failed expectation must not leave the writers running (jest would never exit).
+  stopWriters = () => {
+    writing = false;
+  };
   const writer = async () => {
     while (writing) {
       const mine = k++;
@@ -123,7 +130,12 @@ it('Postgres stopped and restarted under writes: each write 202 and delivered, o
     async () => writes.slice(restartedAt).filter((w) => w.status === 202).length,
     (n) => n >= 20,
     60_000,
-  );
+  ).catch((err: Error) => {
+    const last = writes.slice(-5).map((w) => `${w.status} ${w.problem ?? w.error ?? ''}`);
+    throw new Error(
+      `${err.message}; last writes: ${last.join(' | ')}; api said:\n${api.output.join('').slice(-3000)}`,
+    );
+  });
   writing = false;
   await Promise.all(writers);
 

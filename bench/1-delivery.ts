@@ -55,7 +55,7 @@ export interface DeliveryThroughputResult {
 }
 
 /** p50 of each stage of the run's jobs: write → workflow started, → attempt started, attempt, → finished. */
-async function stageBreakdown(databaseUrl: string, runId: string): Promise<Record<string, number>> {
+export async function stageBreakdown(databaseUrl: string, runId: string): Promise<Record<string, number>> {
   const c = new PgClient({ connectionString: databaseUrl });
   await c.connect();
   try {

@@ -1,4 +1,4 @@
-import { startBareWorker } from './1-delivery';
+import { stageBreakdown, startBareWorker } from './1-delivery';
 import { ApiClient } from './lib/api';
 import type { Benchmark } from './lib/context';
 import { figure } from './lib/report';
@@ -12,9 +12,10 @@ export const idleLatencyBenchmark: Benchmark = {
     const m = ctx.quick ? 20 : 100;
     const temporal = await ctx.temporal();
     const receiver = ctx.receiver;
+    const databaseUrl = await freshDatabase(ctx.pg);
     const services = await startServices({
       dir: ctx.dir,
-      databaseUrl: await freshDatabase(ctx.pg),
+      databaseUrl,
       temporalAddress: temporal.address,
       caFile: receiver.tls.caFile,
       start: { inbox: false },
@@ -22,6 +23,7 @@ export const idleLatencyBenchmark: Benchmark = {
     const ours: number[] = [];
     const bareLat: number[] = [];
     const runId = `i${Date.now().toString(36)}`;
+    let stages: Record<string, number> = {};
     try {
       const api = new ApiClient(services.api.url, services.apiKey, 4);
       await api.createConfigs([`${runId}-task`], 1, receiver.url);
@@ -35,6 +37,7 @@ export const idleLatencyBenchmark: Benchmark = {
         await sleep(100);
       }
       await api.close();
+      stages = await stageBreakdown(databaseUrl, runId);
     } finally {
       await services.stop();
     }
@@ -81,8 +84,9 @@ export const idleLatencyBenchmark: Benchmark = {
       ],
       notes: [
         `${m} events one at a time (100 ms apart, after 5 unmeasured), same dev server (WAL) for both.`,
+        `ours, p50 per stage (ms): ${JSON.stringify(stages)}`,
       ],
-      details: { ours: o, bare: b },
+      details: { ours: o, bare: b, stages },
     };
   },
 };

@@ -163,6 +163,9 @@ export async function createWorker(
       activity: activityInterceptors(rt.logger),
     },
     maxConcurrentActivityTaskExecutions: 200,
+    // A backlog is thousands of deliveries asleep on timers: each cached run holds memory, and one that
+    // wakes after eviction replays its few events. 500 keeps the worker's memory bounded (bench 6).
+    maxCachedWorkflows: 500,
     shutdownGraceTime: '20s',
   });
 }

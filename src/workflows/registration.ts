@@ -79,13 +79,13 @@ export async function registrationWorkflow(input: RegistrationInput): Promise<Re
   // The Web UI finds the registration by the remote task id once it is known. The start sets it when
   // the id was known to the starter; a run whose starter saw none but whose first load does (the id
   // was posted in between) sets it here.
+  const taskIdMissing = (id: string | undefined): id is string =>
+    !!id && workflowInfo().typedSearchAttributes.get(TaskId) !== id;
   const showTaskId = (id: string | undefined) => {
-    if (id && workflowInfo().typedSearchAttributes.get(TaskId) !== id)
-      upsertSearchAttributes([{ key: TaskId, value: id }]);
+    if (taskIdMissing(id)) upsertSearchAttributes([{ key: TaskId, value: id }]);
   };
   // Patched: runs started before this check replay without the upsert.
-  if (info.remoteTaskId && workflowInfo().typedSearchAttributes.get(TaskId) !== info.remoteTaskId)
-    if (patched('task-id-at-start')) showTaskId(info.remoteTaskId);
+  if (taskIdMissing(info.remoteTaskId) && patched('task-id-at-start')) showTaskId(info.remoteTaskId);
   let remoteTaskKnown = info.remoteTaskKnown;
   let pollMs = input.pollMs ?? info.pollInitialMs;
   for (;;) {

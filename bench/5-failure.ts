@@ -3,7 +3,7 @@ import { eventPlan } from './lib/api';
 import type { Benchmark } from './lib/context';
 import { figure } from './lib/report';
 import { runDirectSender } from './lib/senders';
-import { freshDatabase, SHORT_RETRIES, startServices } from './lib/stack';
+import { SHORT_RETRIES, startSender } from './lib/stack';
 import { round, seeded } from './lib/util';
 
 /** The same failure script for every sender: event i fails its first failures[i] requests (0 for 70 %). */
@@ -24,15 +24,7 @@ export const failureBenchmark: Benchmark = {
     const receiver = ctx.receiver;
     receiver.reset();
     receiver.setScript((id, k) => (k <= (failures[indexOf(id)] ?? 0) ? 503 : 200));
-    const temporal = await ctx.temporal();
-    const services = await startServices({
-      dir: ctx.dir,
-      databaseUrl: await freshDatabase(ctx.pg),
-      temporalAddress: temporal.address,
-      caFile: receiver.tls.caFile,
-      start: { inbox: false },
-      env: SHORT_RETRIES,
-    });
+    const { temporal, services } = await startSender(ctx, receiver, SHORT_RETRIES);
     let ours;
     try {
       ours = await runDeliveryThroughput({ temporalAddress: temporal.address, n, services, receiver });

@@ -3,7 +3,7 @@ import { ApiClient, eventPlan } from './lib/api';
 import type { Benchmark } from './lib/context';
 import { startBenchReceiver } from './lib/receiver';
 import { figure } from './lib/report';
-import { freshDatabase, startServices } from './lib/stack';
+import { startSender } from './lib/stack';
 import { pool, round, rssMiB, sleep, waitUntil } from './lib/util';
 
 /** Job counts by status for the run's tasks. */
@@ -52,16 +52,7 @@ export const backlogBenchmark: Benchmark = {
       OUTBOX_BOUND_PER_CONFIG: '64',
     };
     const receiver = await startBenchReceiver();
-    const temporal = await ctx.temporal();
-    const databaseUrl = await freshDatabase(ctx.pg);
-    const services = await startServices({
-      dir: ctx.dir,
-      databaseUrl,
-      temporalAddress: temporal.address,
-      caFile: receiver.tls.caFile,
-      start: { inbox: false },
-      env,
-    });
+    const { temporal, databaseUrl, services } = await startSender(ctx, receiver, env);
     const pg = new PgClient({ connectionString: databaseUrl });
     await pg.connect();
     const api = new ApiClient(services.api.url, services.apiKey);

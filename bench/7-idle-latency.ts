@@ -2,7 +2,7 @@ import { stageBreakdown, startBareWorker } from './1-delivery';
 import { ApiClient } from './lib/api';
 import type { Benchmark } from './lib/context';
 import { figure } from './lib/report';
-import { freshDatabase, startServices } from './lib/stack';
+import { startSender } from './lib/stack';
 import { latency, sleep, waitUntil } from './lib/util';
 
 export const idleLatencyBenchmark: Benchmark = {
@@ -10,16 +10,8 @@ export const idleLatencyBenchmark: Benchmark = {
   title: '7. Latency when idle: one event at a time',
   async run(ctx) {
     const m = ctx.quick ? 20 : 100;
-    const temporal = await ctx.temporal();
     const receiver = ctx.receiver;
-    const databaseUrl = await freshDatabase(ctx.pg);
-    const services = await startServices({
-      dir: ctx.dir,
-      databaseUrl,
-      temporalAddress: temporal.address,
-      caFile: receiver.tls.caFile,
-      start: { inbox: false },
-    });
+    const { temporal, databaseUrl, services } = await startSender(ctx, receiver);
     const ours: number[] = [];
     const bareLat: number[] = [];
     const runId = `i${Date.now().toString(36)}`;

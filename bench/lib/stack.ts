@@ -6,6 +6,8 @@ import { request } from 'undici';
 import { ensureDatabase, startEmbeddedPostgres, type EmbeddedPg } from '../../src/embedded/postgres';
 import { startDevServer, type DevServer } from '../../src/embedded/temporal';
 import { Keyring } from '../../src/sealing/keyring';
+import type { BenchContext } from './context';
+import type { BenchReceiver } from './receiver';
 import { freePort, sleep, waitUntil } from './util';
 
 export const ROOT = path.resolve(__dirname, '..', '..');
@@ -195,6 +197,24 @@ export async function startServices(o: {
     await Promise.all(started.map((p) => stopChild(p.child)));
     throw err;
   }
+}
+
+/**
+ * A benchmark's own sender: a fresh database on the run's Postgres, api and worker processes (no
+ * inbox) on the run's dev server, posting to `receiver`.
+ */
+export async function startSender(ctx: BenchContext, receiver: BenchReceiver, env?: Record<string, string>) {
+  const temporal = await ctx.temporal();
+  const databaseUrl = await freshDatabase(ctx.pg);
+  const services = await startServices({
+    dir: ctx.dir,
+    databaseUrl,
+    temporalAddress: temporal.address,
+    caFile: receiver.tls.caFile,
+    start: { inbox: false },
+    ...(env ? { env } : {}),
+  });
+  return { temporal, databaseUrl, services };
 }
 
 /** A process of our own (a baseline server or worker) run through ts-node, ready when it prints READY. */

@@ -30,6 +30,8 @@ export interface DeliveryThroughputOptions {
   concurrency?: number;
   /** The Temporal server's pid, to report its CPU (optional). */
   serverPid?: number;
+  /** More CPU meters (seconds used so far), reported as cores over the run: e.g. a cluster's processes and its Postgres. */
+  cpuOf?: Record<string, () => number>;
   /** Postgres for the service; a fresh embedded one in a scratch dir when absent. */
   databaseUrl?: string;
   /** The HTTPS push target; a fresh one when absent. */
@@ -49,7 +51,15 @@ export interface DeliveryThroughputResult {
   /** event write sent → POST seen by the receiver */
   latencyMs: Latency;
   /** Average cores used during the run: each worker process, the api, and the server when its pid is known. */
-  cpu: { workers: number[]; workersTotal: number; api: number; server?: number };
+  cpu: {
+    workers: number[];
+    workersTotal: number;
+    api: number;
+    server?: number;
+    more: Record<string, number>;
+  };
+  /** POSTs beyond the first per event (the receiver answers 200 to all). */
+  duplicates: number;
   /** Where a delivery's time went, from the service's own rows (p50 ms): the profile of the run. */
   stages?: Record<string, number>;
 }
@@ -128,6 +138,7 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
       workers: pids.workers.map(cpuSeconds),
       api: cpuSeconds(pids.api),
       server: pids.server ? cpuSeconds(pids.server) : 0,
+      more: Object.fromEntries(Object.entries(o.cpuOf ?? {}).map(([k, f]) => [k, f()])),
     };
     const t0 = Date.now();
     await pool(plan, o.concurrency ?? 32, async (e) => {
@@ -141,23 +152,28 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
     const last = Math.max(...plan.map((e) => receiver.delivered.get(e.id)!));
     const elapsedMs = last - t0;
     const secs = (Date.now() - t0) / 1000;
-    const stages = databaseUrl ? await stageBreakdown(databaseUrl, runId) : undefined;
     const workerCpu = pids.workers.map((p, i) => round((cpuSeconds(p) - cpu0.workers[i]!) / secs, 2));
+    const cpu = {
+      workers: workerCpu,
+      workersTotal: round(
+        workerCpu.reduce((a, b) => a + b, 0),
+        2,
+      ),
+      api: round((cpuSeconds(pids.api) - cpu0.api) / secs, 2),
+      ...(pids.server ? { server: round((cpuSeconds(pids.server) - cpu0.server) / secs, 2) } : {}),
+      more: Object.fromEntries(
+        Object.entries(o.cpuOf ?? {}).map(([k, f]) => [k, round((f() - cpu0.more[k]!) / secs, 2)]),
+      ),
+    };
+    const stages = databaseUrl ? await stageBreakdown(databaseUrl, runId) : undefined;
     return {
       n,
       workers: pids.workers.length,
       deliveriesPerSec: round((n * 1000) / elapsedMs),
       elapsedMs,
       latencyMs: latency(plan.map((e) => receiver.delivered.get(e.id)! - sentAt.get(e.id)!)),
-      cpu: {
-        workers: workerCpu,
-        workersTotal: round(
-          workerCpu.reduce((a, b) => a + b, 0),
-          2,
-        ),
-        api: round((cpuSeconds(pids.api) - cpu0.api) / secs, 2),
-        ...(pids.server ? { server: round((cpuSeconds(pids.server) - cpu0.server) / secs, 2) } : {}),
-      },
+      cpu,
+      duplicates: plan.reduce((d, e) => d + Math.max(0, (receiver.seen.get(e.id) ?? 0) - 1), 0),
       ...(stages ? { stages } : {}),
     };
   } finally {

@@ -11,6 +11,7 @@ import { inboxBenchmark } from './4-inbox';
 import { failureBenchmark } from './5-failure';
 import { backlogBenchmark } from './6-backlog';
 import { idleLatencyBenchmark } from './7-idle-latency';
+import { clusterBenchmark } from './8-cluster';
 import { drawChart } from './lib/chart';
 import type { BenchContext, BenchTemporal, Benchmark } from './lib/context';
 import { startBenchReceiver } from './lib/receiver';
@@ -25,6 +26,7 @@ const ALL: Benchmark[] = [
   failureBenchmark,
   backlogBenchmark,
   idleLatencyBenchmark,
+  clusterBenchmark,
 ];
 
 async function main() {

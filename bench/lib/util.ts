@@ -105,3 +105,35 @@ export function benchStreamResponse(taskId: string, id: string) {
 const MARK = /"bench":"([^"]+)"/;
 /** The id a benchmark body carries (see benchStreamResponse). */
 export const benchIdOf = (body: string): string | undefined => MARK.exec(body)?.[1];
+
+const statFields = (pid: number | string) => {
+  const s = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return s.slice(s.lastIndexOf(')') + 2).split(' ');
+};
+
+/**
+ * CPU seconds of a Postgres server so far: the postmaster, the backends it reaped (cutime, cstime)
+ * and the backends alive now. `dataDir` holds its postmaster.pid.
+ */
+export function postgresCpuSeconds(dataDir: string): number {
+  const postmaster = Number(fs.readFileSync(`${dataDir}/postmaster.pid`, 'utf8').split('\n')[0]);
+  const f = statFields(postmaster);
+  let ticks = Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const c = statFields(d);
+      if (Number(c[1]) === postmaster) ticks += Number(c[11]) + Number(c[12]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return ticks / 100;
+}
+
+/** The whole machine's busy and total jiffies (all cores, /proc/stat), to say how busy a run's machine was. */
+export function machineJiffies(): { busy: number; total: number } {
+  const cpu = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const total = cpu.reduce((a, b) => a + b, 0);
+  return { busy: total - cpu[3]! - cpu[4]!, total };
+}

@@ -1,0 +1,221 @@
+/**
+ * Benchmark 8: the delivery benchmark (1) on real Temporal servers over Postgres beside the run's
+ * dev server: deliveries/s with 1 and 2 worker processes, on clusters with 4 and 16 history shards
+ * (two clusters: the shard count is fixed when a cluster's databases are created), with the CPU of
+ * the workers, the api, the Temporal server and the cluster's Postgres.
+ *
+ * The servers run side by side for the whole benchmark and the rows take turns (workers, then
+ * server), so whatever else runs on the machine falls on all of them alike. Rows and worker counts:
+ * BENCH_CLUSTER_ROWS (default `dev,s4,s16`; `s<N>` a cluster of N shards in one process,
+ * `s<N>-split` one process per role), BENCH_CLUSTER_WORKERS (default `1,2`), BENCH_CLUSTER_ROUNDS
+ * (default 1; 2 runs every row twice, to see the noise).
+ */
+import path from 'node:path';
+import { ensureClusterBinaries, freePortBlock, startCluster, type Cluster } from '../scripts/cluster/cluster';
+import { clusterPostgres } from '../scripts/cluster/postgres';
+import { runDeliveryThroughput, type DeliveryThroughputResult } from './1-delivery';
+import type { Benchmark, BenchContext } from './lib/context';
+import { figure, type BenchResult, type ChartRow, type Figure } from './lib/report';
+import { freshDatabase } from './lib/stack';
+import { cpuSeconds, freePort, machineJiffies, postgresCpuSeconds, round } from './lib/util';
+
+interface Server {
+  /** `dev`, `s4`, `s16`, `s4-split` */
+  kind: string;
+  label: string;
+  shards: number;
+  address: string;
+  namespace: string;
+  /** CPU seconds so far of the Temporal server's processes. */
+  serverCpu: () => number;
+  /** CPU seconds so far of the Postgres holding its history (none for the dev server: SQLite is in-process). */
+  storeCpu?: () => number;
+  stop?: () => Promise<void>;
+}
+
+export interface ClusterRow {
+  server: string;
+  kind: string;
+  shards: number;
+  workers: number;
+  round: number;
+  n: number;
+  deliveriesPerSec: number;
+  latencyMs: DeliveryThroughputResult['latencyMs'];
+  cores: { workers: number; api: number; server: number; postgres: number };
+  deliveriesPerCoreSecond: number;
+  machineBusyPct: number;
+  duplicates: number;
+}
+
+const list = (v: string | undefined, dflt: string) =>
+  (v ?? dflt)
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+
+export const clusterBenchmark: Benchmark = {
+  name: 'cluster',
+  title:
+    '8. Real Temporal server over Postgres: deliveries/s by history shards and workers, beside the dev server',
+  async run(ctx: BenchContext): Promise<BenchResult> {
+    const n = ctx.quick ? 200 : 1000;
+    const kinds = list(process.env.BENCH_CLUSTER_ROWS, 'dev,s4,s16');
+    const workerCounts = list(process.env.BENCH_CLUSTER_WORKERS, '1,2').map(Number);
+    const rounds = Number(process.env.BENCH_CLUSTER_ROUNDS ?? 1);
+    if (workerCounts.some((w) => !(w >= 1)) || !(rounds >= 1))
+      throw new Error('BENCH_CLUSTER_WORKERS: worker counts ≥ 1; BENCH_CLUSTER_ROUNDS ≥ 1');
+
+    const servers: Server[] = [];
+    const cleanups: Array<() => Promise<unknown>> = [];
+    const rows: ClusterRow[] = [];
+    try {
+      if (kinds.some((k) => k !== 'dev')) {
+        ensureClusterBinaries({ log: ctx.log });
+      }
+      // The clusters' own Postgres (fsync on, as in production): their CPU is measured apart from
+      // the service's, whose databases stay on the run's Postgres for every row.
+      const pgDir = path.join(ctx.dir, 'cluster-pg');
+      const clusterPg = kinds.some((k) => k !== 'dev')
+        ? await clusterPostgres({ dir: pgDir, port: await freePort(), log: () => undefined })
+        : undefined;
+      if (clusterPg) cleanups.unshift(() => clusterPg.stop());
+      for (const kind of kinds) {
+        if (kind === 'dev') {
+          const dev = await ctx.temporal();
+          servers.push({
+            kind,
+            label: 'dev server (SQLite WAL)',
+            shards: 1,
+            address: dev.address,
+            namespace: 'default',
+            serverCpu: () => cpuSeconds(dev.pid),
+          });
+          continue;
+        }
+        const m = /^s(\d+)(-split)?$/.exec(kind);
+        const shards = Number(m?.[1]);
+        if (!m || !shards)
+          throw new Error(`BENCH_CLUSTER_ROWS: dev, s<shards> or s<shards>-split, got ${kind}`);
+        ctx.log(`starting a ${m[2] ? 'split' : 'single-process'} cluster with ${shards} history shards`);
+        const cluster: Cluster = await startCluster({
+          shards,
+          layout: m[2] ? 'split' : 'single',
+          pg: clusterPg!.server,
+          name: `bench_${kind.replace('-', '_')}_${process.pid}`,
+          dir: path.join(ctx.dir, `cluster-${kind}`),
+          port: await freePortBlock(),
+          log: ctx.log,
+        });
+        cleanups.unshift(() => cluster.stop());
+        const pids = Object.values(cluster.pids);
+        servers.push({
+          kind,
+          label: `cluster (${cluster.layout === 'single' ? 'one process' : 'one process per role'})`,
+          shards,
+          address: cluster.address,
+          namespace: cluster.namespace,
+          serverCpu: () => pids.reduce((s, p) => s + cpuSeconds(p), 0),
+          storeCpu: () => postgresCpuSeconds(pgDir),
+        });
+      }
+
+      for (let round_ = 1; round_ <= rounds; round_++)
+        for (const workers of workerCounts)
+          for (const srv of servers) {
+            ctx.log(`${srv.kind}, ${workers} worker(s), round ${round_}: ${n} events over 100 tasks`);
+            const m0 = machineJiffies();
+            const r = await runDeliveryThroughput({
+              temporalAddress: srv.address,
+              namespace: srv.namespace,
+              workers,
+              n,
+              databaseUrl: await freshDatabase(ctx.pg),
+              receiver: ctx.receiver,
+              cpuOf: { server: srv.serverCpu, ...(srv.storeCpu ? { postgres: srv.storeCpu } : {}) },
+            });
+            const m1 = machineJiffies();
+            ctx.receiver.reset();
+            const cores = {
+              workers: r.cpu.workersTotal,
+              api: r.cpu.api,
+              server: r.cpu.more.server ?? NaN,
+              postgres: r.cpu.more.postgres ?? 0,
+            };
+            const row: ClusterRow = {
+              server: srv.label,
+              kind: srv.kind,
+              shards: srv.shards,
+              workers,
+              round: round_,
+              n,
+              deliveriesPerSec: r.deliveriesPerSec,
+              latencyMs: r.latencyMs,
+              cores,
+              deliveriesPerCoreSecond: round(
+                r.deliveriesPerSec / (cores.workers + cores.api + cores.server + cores.postgres),
+              ),
+              machineBusyPct: Math.round((100 * (m1.busy - m0.busy)) / (m1.total - m0.total)),
+              duplicates: r.duplicates,
+            };
+            rows.push(row);
+            ctx.log(
+              `${row.deliveriesPerSec}/s; cores worker ${cores.workers} api ${cores.api} server ${cores.server} postgres ${cores.postgres}; machine ${row.machineBusyPct}% busy; ${row.duplicates} duplicates`,
+            );
+          }
+    } finally {
+      for (const c of cleanups) await c().catch(() => undefined);
+    }
+
+    const name = (r: ClusterRow) => {
+      const srv =
+        r.kind === 'dev' ? 'dev server' : `${r.shards} shards${r.kind.endsWith('-split') ? ' split' : ''}`;
+      return `${srv}, ${r.workers}w${rounds > 1 ? ` r${r.round}` : ''}`;
+    };
+    const figures: Figure[] = [];
+    const chart: ChartRow[] = [];
+    for (const r of rows) {
+      const dev = rows.find((d) => d.kind === 'dev' && d.workers === r.workers && d.round === r.round);
+      const base =
+        dev && dev !== r ? { label: `dev server, ${r.workers}w`, value: dev.deliveriesPerSec } : undefined;
+      figures.push(figure(`${name(r)} deliveries/s`, r.deliveriesPerSec, '/s', base));
+      figures.push(
+        figure(
+          `${name(r)} deliveries per core-second`,
+          r.deliveriesPerCoreSecond,
+          '/core-s',
+          dev && dev !== r ? { label: 'dev server', value: dev.deliveriesPerCoreSecond } : undefined,
+        ),
+      );
+      chart.push({
+        bench: '8 cluster',
+        series: name(r),
+        metric: 'throughput',
+        value: r.deliveriesPerSec,
+        unit: 'deliveries/s',
+      });
+    }
+    const table = [
+      '| Temporal | history shards | workers | deliveries/s | event → POST p50 / p99 ms | worker cores | api cores | server cores | Postgres cores | deliveries per core-second | machine busy | duplicates |',
+      '|---|---|---|---|---|---|---|---|---|---|---|---|',
+      ...rows.map(
+        (r) =>
+          `| ${r.server} | ${r.shards} | ${r.workers} | ${r.deliveriesPerSec} | ${r.latencyMs.p50} / ${r.latencyMs.p99} | ${r.cores.workers} | ${r.cores.api} | ${r.cores.server} | ${r.kind === 'dev' ? '–' : r.cores.postgres} | ${r.deliveriesPerCoreSecond} | ${r.machineBusyPct}% | ${r.duplicates} |`,
+      ),
+    ];
+    return {
+      name: this.name,
+      title: this.title,
+      figures,
+      chart,
+      notes: [
+        `${n} events over 100 tasks (one config each), 32 event writes in flight, as in benchmark 1; every row has fresh api and worker processes and a fresh service database on the run's Postgres.`,
+        "The clusters are Temporal server (built from its Go module) over their own embedded Postgres (fsync on); 'Postgres cores' is that server's CPU (the dev server keeps SQLite in its own process).",
+        'per core-second: deliveries/s over the cores of workers + api + Temporal server + its Postgres.',
+        `duplicates (POSTs beyond the first per event): ${rows.map((r) => r.duplicates).reduce((a, b) => a + b, 0)} in all.`,
+        ...table,
+      ],
+      details: { rows },
+    };
+  },
+};

@@ -15,7 +15,7 @@ import {
   type OutboundClient,
 } from '../outbound';
 import type { Keyring } from '../sealing/keyring';
-import { unsealSecret } from '../sealing/secrets';
+import { unsealRow, type SecretRow } from '../sealing/secrets';
 import { attemptDuration, deliveriesTotal } from '../metrics';
 import { USER_AGENT } from '../version';
 
@@ -73,25 +73,59 @@ interface Context {
   body: string;
   attempt_outcome: string | null | undefined;
   attempt_started: boolean;
+  /** The sealed credential's row (sealed_secrets), read with the job: unsealed only for the request. */
+  secret: SecretRow | null;
 }
+
+type SecretColumns = {
+  [K in keyof SecretRow as `secret_${K}`]: SecretRow[K] | null;
+};
 
 export const createDeliveryActivities = (deps: DeliveryDeps) => {
   const { db, logger } = deps;
 
   async function loadAttemptContext(jobId: string, n: number): Promise<Context | undefined> {
-    const r = await db.query<Context>(
+    // One round trip: the job, its config, the event's body, this attempt's row and the sealed credential.
+    const r = await db.query<Omit<Context, 'secret'> & SecretColumns>(
       `SELECT j.status, j.reason, j.attempt_count, j.next_attempt_at, j.deadline, j.tenant_id, j.task_id,
               j.config_row_id, j.config_id, c.url, c.credential_id, c.status AS config_status,
               c.status_reason AS config_reason, c.deleted_at IS NOT NULL AS config_deleted, e.body,
-              a.outcome AS attempt_outcome, a.n IS NOT NULL AS attempt_started
+              a.outcome AS attempt_outcome, a.n IS NOT NULL AS attempt_started,
+              s.tenant_id AS secret_tenant_id, s.purpose AS secret_purpose, s.key_id AS secret_key_id,
+              s.iv AS secret_iv, s.ciphertext AS secret_ciphertext, s.tag AS secret_tag
          FROM delivery_jobs j
          JOIN push_configs c ON c.row_id = j.config_row_id
          JOIN task_events e ON e.id = j.event_id
          LEFT JOIN delivery_attempts a ON a.job_id = j.id AND a.n = $2
+         LEFT JOIN sealed_secrets s ON s.id = c.credential_id
         WHERE j.id = $1`,
       [jobId, n],
     );
-    return r.rows[0];
+    const row = r.rows[0];
+    if (!row) return undefined;
+    const {
+      secret_tenant_id,
+      secret_purpose,
+      secret_key_id,
+      secret_iv,
+      secret_ciphertext,
+      secret_tag,
+      ...ctx
+    } = row;
+    return {
+      ...ctx,
+      secret:
+        secret_key_id === null
+          ? null
+          : {
+              tenant_id: secret_tenant_id!,
+              purpose: secret_purpose!,
+              key_id: secret_key_id,
+              iv: secret_iv!,
+              ciphertext: secret_ciphertext!,
+              tag: secret_tag!,
+            },
+    };
   }
 
   /** Ends the job without an attempt (no request was made in this call). */
@@ -263,9 +297,8 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     }
 
     const verdict = checkUrlStatic(ctx.url, deps.policy);
-    const credential = ctx.credential_id
-      ? await unsealSecret(db, deps.keyring, ctx.credential_id)
-      : undefined;
+    if (ctx.credential_id && !ctx.secret) throw new Error(`sealed secret ${ctx.credential_id} is missing`);
+    const credential = ctx.secret ? unsealRow(deps.keyring, ctx.secret) : undefined;
 
     const started = await db.query(
       `WITH j AS (

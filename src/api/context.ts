@@ -64,6 +64,25 @@ export async function writeAnswer(
       await storeIdempotentAnswer(tx, tenantId, key, { status: a.status, body: a.stored ?? a.body ?? null });
     return a as Answer & { replayed?: boolean };
   });
+  sendAnswer(deps, res, answer);
+}
+
+/**
+ * writeAnswer for a write that is one statement (atomic by itself): without Idempotency-Key it runs
+ * on the pool in autocommit, one round trip instead of BEGIN, the statement and COMMIT.
+ */
+export async function writeOneStatement(
+  deps: ApiDeps,
+  req: Request,
+  res: Response,
+  requestBody: unknown,
+  fn: (q: Db | Tx) => Promise<Answer>,
+): Promise<void> {
+  if (req.get('idempotency-key') !== undefined) return writeAnswer(deps, req, res, requestBody, fn);
+  sendAnswer(deps, res, await fn(deps.db));
+}
+
+function sendAnswer(deps: ApiDeps, res: Response, answer: Answer & { replayed?: boolean }): void {
   if (answer.replayed) res.setHeader('Idempotent-Replayed', 'true');
   if (answer.body === undefined) res.status(answer.status).end();
   else res.status(answer.status).json(answer.body);

@@ -15,27 +15,47 @@ export interface DispatcherOptions {
   batchSize?: number;
   /** How long a claim keeps other dispatchers off a job whose start is under way. */
   leaseMs?: number;
+  /**
+   * The lease of a directly started job: short, so that a start lost in a crash right after the
+   * commit is claimed by the next sweep after it (a start slower than this may be sent twice, and
+   * Temporal rejects the second).
+   */
+  directLeaseMs?: number;
   /** The attempt plan shown in each delivery workflow's static details. */
   plan?: string;
 }
 
 /**
- * Starts the workflows of committed jobs in commit order with bounded concurrency. It runs when an
- * event write commits (kick) and every SWEEP_INTERVAL, which also picks up any start lost in a crash.
+ * Starts the workflows of committed jobs. Two paths:
+ * - direct (`startNow`): an event write's own jobs, started as soon as the write commits, without
+ *   another query first: the idle path, where latency counts. The write leased the jobs (see
+ *   `directLease`), so no claim run starts them meanwhile. Used while fewer than `concurrency` direct
+ *   starts are in flight and the last one did not fail; otherwise the write only kicks the claim run.
+ * - claim (`kick`, and every SWEEP_INTERVAL): claims committed, unleased jobs in commit order, in
+ *   batches, `concurrency` starts at a time. It carries load and picks up any start lost in a crash
+ *   or refused by Temporal (a direct start's lease expires after `leaseMs`, or is released at once
+ *   when the start fails).
  */
 export class Dispatcher {
   private running: Promise<void> | undefined;
   private again = false;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
+  private directInFlight = 0;
+  private directFailed = false;
+  private toMark: string[] = [];
+  private marking: Promise<void> | undefined;
+  private readonly directRuns = new Set<Promise<void>>();
   readonly concurrency: number;
   readonly batchSize: number;
   readonly leaseMs: number;
+  readonly directLeaseMs: number;
 
   constructor(private readonly o: DispatcherOptions) {
     this.concurrency = o.concurrency ?? 32;
     this.batchSize = o.batchSize ?? 256;
     this.leaseMs = o.leaseMs ?? 60_000;
+    this.directLeaseMs = o.directLeaseMs ?? 5_000;
   }
 
   start(): void {
@@ -71,7 +91,83 @@ export class Dispatcher {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
-    await this.running;
+    await Promise.all([this.running, ...this.directRuns]);
+    await this.marking;
+  }
+
+  /**
+   * The lease an event write puts on its new jobs when they will be started directly, or undefined
+   * when the claim run should take them (direct starts saturated or failing).
+   */
+  directLease(): number | undefined {
+    if (this.stopped || this.directFailed || this.directInFlight >= this.concurrency) return undefined;
+    return this.directLeaseMs;
+  }
+
+  /** Starts a committed write's leased jobs now (see directLease); a failed start goes back to the claim run. */
+  startNow(
+    tenantId: string,
+    taskId: string,
+    jobs: Array<{ id: string; configId: string; host: string }>,
+  ): void {
+    this.directInFlight += jobs.length;
+    for (const j of jobs) {
+      const run = startDeliveryWorkflow(this.o.client, this.o.taskQueue, {
+        id: j.id,
+        tenantId,
+        taskId,
+        configId: j.configId,
+        host: j.host,
+        ...(this.o.plan ? { plan: this.o.plan } : {}),
+      })
+        .then(
+          () => {
+            this.directFailed = false;
+            this.markDispatched(j.id);
+          },
+          async (err: unknown) => {
+            // Temporal refused or is away: until a claim run succeeds, writes leave their jobs to it.
+            this.directFailed = true;
+            this.o.logger.warn(
+              { err: (err as Error).message, jobId: j.id },
+              'direct start failed; the claim run retries',
+            );
+            await this.o.db
+              .query(
+                'UPDATE delivery_jobs SET dispatch_lease = NULL WHERE id = $1 AND dispatched_at IS NULL',
+                [j.id],
+              )
+              .catch(() => undefined);
+            this.kick();
+          },
+        )
+        .finally(() => {
+          this.directInFlight--;
+          this.directRuns.delete(run);
+        });
+      this.directRuns.add(run);
+    }
+  }
+
+  /** Marks directly started jobs dispatched, many per statement when they come together. */
+  private markDispatched(id: string): void {
+    this.toMark.push(id);
+    if (this.marking) return;
+    this.marking = (async () => {
+      while (this.toMark.length > 0) {
+        const ids = this.toMark.splice(0);
+        await this.o.db
+          .query(
+            'UPDATE delivery_jobs SET dispatched_at = now(), dispatch_lease = NULL WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL',
+            [ids],
+          )
+          .catch((err: unknown) =>
+            // Not marked: the lease expires and a claim run starts them again (Temporal rejects the duplicate).
+            this.o.logger.warn({ err: (err as Error).message }, 'marking direct starts dispatched failed'),
+          );
+      }
+      this.marking = undefined;
+    })();
   }
 
   /** Registrations whose workflow start was lost (Temporal away at creation, or a crash). */
@@ -114,7 +210,10 @@ export class Dispatcher {
       [this.batchSize, this.leaseMs],
     );
     const jobs = claimed.rows.sort((a, b) => Number(a.seq) - Number(b.seq));
-    if (jobs.length === 0) return 0;
+    if (jobs.length === 0) {
+      this.directFailed = false;
+      return 0;
+    }
     const started: string[] = [];
     let next = 0;
     let failure: unknown;
@@ -146,6 +245,7 @@ export class Dispatcher {
       `UPDATE delivery_jobs SET dispatched_at = now(), dispatch_lease = NULL WHERE id = ANY($1::uuid[])`,
       [started],
     );
+    if (started.length > 0) this.directFailed = false;
     if (notStarted.length > 0) {
       // Release the claim so the next sweep tries again at once rather than after the lease.
       await this.o.db.query('UPDATE delivery_jobs SET dispatch_lease = NULL WHERE id = ANY($1::uuid[])', [

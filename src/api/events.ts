@@ -6,7 +6,7 @@ import { validateStreamResponse } from '../stream-response';
 import { wakeDeliveries } from '../temporal';
 import { handle, parseBody, rawBody } from './body';
 import { pathId } from './configs';
-import { callerOf, writeAnswer, type ApiDeps } from './context';
+import { callerOf, writeOneStatement, type ApiDeps } from './context';
 import { validationProblem } from './problem';
 import { allow } from './routing';
 import { eventBody } from './schemas';
@@ -31,21 +31,26 @@ export function eventRoutes(deps: ApiDeps): Router {
         // The push carries the value exactly as nr-llm sent it: same bytes, same key order.
         const body = rawMemberText(text!, 'streamResponse')!;
         const { tenantId } = callerOf(res);
-        await writeAnswer(deps, req, res, value, async (tx) => {
-          const w = await writeEvent(tx, {
+        // Idle: this process starts the jobs itself once the write commits; busy: the claim run does.
+        const leaseMs = deps.dispatcher.directLease();
+        await writeOneStatement(deps, req, res, value, async (q) => {
+          const w = await writeEvent(q, {
             tenantId,
             taskId,
             kind: v.kind,
             body,
             deadlineMs: deps.settings.DELIVERY_DEADLINE,
             boundPerConfig: deps.settings.OUTBOX_BOUND_PER_CONFIG,
+            ...(leaseMs !== undefined ? { leaseMs } : {}),
           });
           return {
             status: 202,
             body: { eventId: w.eventId, deliveries: w.deliveries },
             after: () => {
               eventWrites.inc();
-              if (w.deliveries.length > 0) deps.dispatcher.kick();
+              if (w.starts.length > 0)
+                if (leaseMs !== undefined) deps.dispatcher.startNow(tenantId, taskId, w.starts);
+                else deps.dispatcher.kick();
               if (w.superseded.length > 0) void wakeDeliveries(deps.temporal, w.superseded);
             },
           };

@@ -1,8 +1,7 @@
-import crypto from 'node:crypto';
 import type { Db, Tx } from './pool';
 import { audit } from './audit';
 import { MASK } from '../sealing/keyring';
-import { makeDeliveryWorkflowId } from '../ids';
+import { hostOf, makeDeliveryWorkflowId } from '../ids';
 import { currentRequestId } from '../request-context';
 
 export type ConfigStatus = 'active' | 'auth_failed' | 'stopped';
@@ -109,13 +108,19 @@ export async function deleteConfig(
 export interface WrittenEvent {
   eventId: string;
   deliveries: Array<{ id: string; configId: string }>;
+  /** What starting each new job's workflow needs (ids and the target's host: nothing secret). */
+  starts: Array<{ id: string; configId: string; host: string }>;
   /** Jobs pushed out by the per-config bound; their workflows are woken to end. */
   superseded: string[];
 }
 
-/** The outbox write: the event, one job per active config of the task, and the bound, in the caller's tx. */
+/**
+ * The outbox write: the event, one job per active config of the task, and the bound, in one statement
+ * (atomic alone, or part of the caller's tx). `leaseMs` marks the new jobs as being started by this process (the dispatcher's direct start),
+ * so that no claim run starts them meanwhile; a lost direct start is claimed again once it expires.
+ */
 export async function writeEvent(
-  tx: Tx,
+  db: Db | Tx,
   e: {
     tenantId: string;
     taskId: string;
@@ -123,58 +128,42 @@ export async function writeEvent(
     body: string;
     deadlineMs: number;
     boundPerConfig: number;
+    leaseMs?: number;
   },
 ): Promise<WrittenEvent> {
-  const ev = await tx.query<{ id: string }>(
-    'INSERT INTO task_events (tenant_id, task_id, kind, body) VALUES ($1, $2, $3, $4) RETURNING id',
-    [e.tenantId, e.taskId, e.kind, e.body],
-  );
-  const eventId = ev.rows[0]!.id;
-  // Locking the configs serialises writers per config, so the bound below counts exactly.
-  const configs = await tx.query<{ row_id: string; id: string }>(
-    `SELECT row_id, id FROM push_configs
-      WHERE tenant_id = $1 AND task_id = $2 AND deleted_at IS NULL AND status = 'active'
-      ORDER BY row_id FOR UPDATE`,
-    [e.tenantId, e.taskId],
-  );
-  if (configs.rows.length === 0) return { eventId, deliveries: [], superseded: [] };
-  const deliveries = configs.rows.map((c) => ({ id: crypto.randomUUID(), configId: c.id }));
-  await tx.query(
-    `INSERT INTO delivery_jobs (id, tenant_id, event_id, config_row_id, task_id, config_id, deadline, request_id)
-     SELECT j.id, $1, $2, j.row_id, $3, j.config_id, ev.created_at + make_interval(secs => $4::double precision / 1000), $8
-       FROM unnest($5::uuid[], $6::bigint[], $7::text[]) AS j (id, row_id, config_id),
-            (SELECT created_at FROM task_events WHERE id = $2) ev`,
-    [
-      e.tenantId,
-      eventId,
-      e.taskId,
-      e.deadlineMs,
-      deliveries.map((d) => d.id),
-      configs.rows.map((c) => c.row_id),
-      configs.rows.map((c) => c.id),
-      currentRequestId() ?? null,
-    ],
-  );
-  const superseded = await supersedeOverBound(
-    tx,
-    configs.rows.map((c) => c.row_id),
+  // One statement (migration 006): the event, its task's active configs (locked, which serialises
+  // writers per config so the bound counts exactly), one job per config, and the bound.
+  const w = await db.query<{
+    o_event_id: string;
+    o_job_ids: string[];
+    o_config_ids: string[];
+    o_urls: string[];
+    o_superseded: string[];
+  }>('SELECT * FROM outbox_write_event($1, $2, $3, $4, $5, $6, $7, $8)', [
+    e.tenantId,
+    e.taskId,
+    e.kind,
+    e.body,
+    e.deadlineMs,
+    currentRequestId() ?? null,
+    e.leaseMs ?? null,
     e.boundPerConfig,
-  );
-  return { eventId, deliveries, superseded };
+  ]);
+  const r = w.rows[0]!;
+  return {
+    eventId: r.o_event_id,
+    deliveries: r.o_job_ids.map((id, i) => ({ id, configId: r.o_config_ids[i]! })),
+    starts: r.o_job_ids.map((id, i) => ({ id, configId: r.o_config_ids[i]!, host: hostOf(r.o_urls[i]!) })),
+    superseded: r.o_superseded,
+  };
 }
 
 /** Marks the oldest unfinished jobs of each config superseded while a config holds more than the bound. */
 export async function supersedeOverBound(tx: Tx, configRowIds: string[], bound: number): Promise<string[]> {
-  const r = await tx.query<{ id: string }>(
-    `WITH ranked AS (
-       SELECT id, row_number() OVER (PARTITION BY config_row_id ORDER BY seq DESC) AS rn
-         FROM delivery_jobs
-        WHERE config_row_id = ANY($1::bigint[]) AND status IN ('queued', 'in_flight', 'waiting_retry'))
-     UPDATE delivery_jobs j SET status = 'superseded', finished_at = now(), next_attempt_at = NULL
-       FROM ranked WHERE j.id = ranked.id AND ranked.rn > $2
-     RETURNING j.id`,
-    [configRowIds, bound],
-  );
+  const r = await tx.query<{ id: string }>('SELECT outbox_supersede_over_bound($1::bigint[], $2) AS id', [
+    configRowIds,
+    bound,
+  ]);
   return r.rows.map((x) => x.id);
 }
 

@@ -21,7 +21,7 @@ export async function sealSecret(
   return r.rows[0]!.id;
 }
 
-interface SecretRow {
+export interface SecretRow {
   tenant_id: string;
   purpose: SecretPurpose;
   key_id: string;
@@ -38,11 +38,15 @@ export async function unsealSecret(db: Tx | Db, keyring: Keyring, id: string): P
   );
   const row = r.rows[0];
   if (!row) throw new Error(`sealed secret ${id} is missing`);
-  return keyring.unseal(
+  return unsealRow(keyring, row);
+}
+
+/** Unseals a row read with a caller's own query (the delivery activity reads it with the job). */
+export const unsealRow = (keyring: Keyring, row: SecretRow): string =>
+  keyring.unseal(
     { keyId: row.key_id, iv: row.iv, ciphertext: row.ciphertext, tag: row.tag },
     aadOf(row.tenant_id, row.purpose),
   );
-}
 
 /** Moves every sealed value to the active key. Returns how many rows were rewritten. */
 export async function resealAll(db: Db, keyring: Keyring): Promise<number> {

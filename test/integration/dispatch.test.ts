@@ -1,0 +1,151 @@
+/**
+ * The dispatcher's two paths (src/api/dispatcher.ts): an idle write's jobs are started directly after
+ * the commit, under a short lease that keeps claim runs off them; a direct start that fails releases its
+ * lease at once and sends later writes to the claim run. Real Postgres, the dev server, and, for the
+ * failure, a Temporal address where nothing listens.
+ */
+import crypto from 'node:crypto';
+import { Client, Connection, defaultGrpcRetryOptions, makeGrpcRetryInterceptor } from '@temporalio/client';
+import pino from 'pino';
+import { Dispatcher } from '../../src/api/dispatcher';
+import { writeEvent as writeOutbox } from '../../src/db/outbox';
+import { freePort } from '../helpers/test-services-port';
+import {
+  connectDevServer,
+  createConfig,
+  eventually,
+  jobRow,
+  startStack,
+  writeEvent,
+  type Stack,
+} from '../helpers/harness';
+import { startReceiver, type Receiver } from '../helpers/receiver';
+
+jest.setTimeout(60_000);
+
+let temporal: Awaited<ReturnType<typeof connectDevServer>>;
+let stack: Stack;
+let receiver: Receiver;
+const queue = `dispatch-it-${crypto.randomBytes(4).toString('hex')}`;
+const status = (taskId: string) => ({ statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' } } });
+
+beforeAll(async () => {
+  temporal = await connectDevServer();
+  receiver = await startReceiver();
+  // No sweep during the tests: whatever starts a job here is the path under test.
+  stack = await startStack(temporal, queue, { env: { SWEEP_INTERVAL: '1h' } });
+});
+afterAll(async () => {
+  await stack?.close();
+  await receiver?.close();
+  await temporal?.close();
+});
+
+const leaseOf = async (jobId: string) =>
+  (
+    await stack.tdb.db.query<{ leased: boolean; dispatched: boolean }>(
+      `SELECT dispatch_lease > now() AS leased, dispatched_at IS NOT NULL AS dispatched
+         FROM delivery_jobs WHERE id = $1`,
+      [jobId],
+    )
+  ).rows[0]!;
+
+it('an idle write starts its own jobs: delivered without any claim run', async () => {
+  const taskId = `direct-${crypto.randomUUID()}`;
+  await createConfig(stack, taskId, { id: 'c1', url: receiver.url });
+  await createConfig(stack, taskId, { id: 'c2', url: receiver.url });
+  const claims = jest.spyOn(stack.dispatcher, 'runOnce');
+  try {
+    const w = await writeEvent(stack, taskId, status(taskId));
+    expect(w.deliveries).toHaveLength(2);
+    for (const d of w.deliveries)
+      await eventually(
+        async () => (await jobRow(stack, d.id)).status,
+        (s) => s === 'delivered',
+      );
+    for (const d of w.deliveries) expect(await leaseOf(d.id)).toEqual({ leased: null, dispatched: true });
+    expect(claims).not.toHaveBeenCalled();
+  } finally {
+    claims.mockRestore();
+  }
+});
+
+it('a claim run skips a job leased for a direct start, and takes it once the lease is gone', async () => {
+  const taskId = `leased-${crypto.randomUUID()}`;
+  await createConfig(stack, taskId, { id: 'c1', url: receiver.url });
+  const w = await writeOutbox(stack.tdb.db, {
+    tenantId: 'tenant-a',
+    taskId,
+    kind: 'statusUpdate',
+    body: JSON.stringify(status(taskId)),
+    deadlineMs: 60_000,
+    boundPerConfig: 100,
+    leaseMs: 30_000,
+  });
+  const [job] = w.starts;
+  expect(job).toMatchObject({ configId: 'c1', host: new URL(receiver.url).host });
+  expect(await leaseOf(job!.id)).toEqual({ leased: true, dispatched: false });
+
+  expect(await stack.dispatcher.runOnce()).toBe(0); // leased: not claimed, not started
+  expect(await leaseOf(job!.id)).toEqual({ leased: true, dispatched: false });
+
+  // The writer died before starting it: the lease runs out and the next claim run starts it.
+  await stack.tdb.db.query(
+    `UPDATE delivery_jobs SET dispatch_lease = now() - interval '1 second' WHERE id = $1`,
+    [job!.id],
+  );
+  expect(await stack.dispatcher.runOnce()).toBe(1);
+  await eventually(
+    async () => (await jobRow(stack, job!.id)).status,
+    (s) => s === 'delivered',
+  );
+});
+
+it('a direct start Temporal refuses releases the lease at once; writes then go to the claim run', async () => {
+  // A Temporal where nothing listens, and no retries of the call: the start fails fast.
+  const connection = Connection.lazy({
+    address: `127.0.0.1:${await freePort()}`,
+    interceptors: [makeGrpcRetryInterceptor(defaultGrpcRetryOptions({ maxAttempts: 1 }))],
+  });
+  const away = new Dispatcher({
+    db: stack.tdb.db,
+    client: new Client({ connection }),
+    taskQueue: queue,
+    logger: pino({ level: 'silent' }),
+    sweepIntervalMs: 3_600_000,
+  });
+  try {
+    const taskId = `refused-${crypto.randomUUID()}`;
+    await createConfig(stack, taskId, { id: 'c1', url: receiver.url });
+    expect(away.directLease()).toBe(away.directLeaseMs);
+    const w = await writeOutbox(stack.tdb.db, {
+      tenantId: 'tenant-a',
+      taskId,
+      kind: 'statusUpdate',
+      body: JSON.stringify(status(taskId)),
+      deadlineMs: 60_000,
+      boundPerConfig: 100,
+      leaseMs: away.directLeaseMs,
+    });
+    const job = w.starts[0]!;
+    away.startNow('tenant-a', taskId, w.starts);
+    // Released well before the 5 s lease would have run out, and nothing was started.
+    await eventually(
+      () => leaseOf(job.id),
+      (l) => l.leased === null,
+      3_000,
+    );
+    expect(await leaseOf(job.id)).toEqual({ leased: null, dispatched: false });
+    expect(away.directLease()).toBeUndefined();
+
+    // The service's own dispatcher (Temporal reachable) claims the released job and it is delivered.
+    expect(await stack.dispatcher.runOnce()).toBe(1);
+    await eventually(
+      async () => (await jobRow(stack, job.id)).status,
+      (s) => s === 'delivered',
+    );
+  } finally {
+    await away.stop();
+    await connection.close().catch(() => undefined);
+  }
+});

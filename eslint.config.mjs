@@ -10,6 +10,7 @@ export default tseslint.config(
       '.tools/**',
       'coverage/**',
       '.test-tmp/**',
+      'bench/.scratch/**',
       'bench/results/**',
     ],
   },

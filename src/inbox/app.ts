@@ -1,6 +1,7 @@
 import crypto from 'node:crypto';
 import { isUuid } from '../ids';
 import express, { type Request, type Response } from 'express';
+import { LRUCache } from 'lru-cache';
 import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
@@ -21,14 +22,33 @@ export interface InboxDeps {
   temporal: Client;
 }
 
+/** What a stored callback's signal needs: read back from the registration row by the store itself. */
 interface Target {
   id: string;
   tenant_id: string;
-  status: string;
   agent_url: string;
   remote_task_id: string | null;
-  callback_hash: Buffer | null;
 }
+
+/**
+ * A registration's callback credential hash as last read, so that a valid callback costs one statement
+ * (the store) instead of a lookup and the store. Only a match is taken from it: the store re-checks the
+ * hash in the same statement that takes the slot, so a credential replaced since (a repeated embedded
+ * registration, a retried separate-mode setup) stores nothing and answers 401; a mismatch against the
+ * cache always asks the database, so a new credential is never refused for a stale entry. An entry
+ * lives 30 s: within that, a replaced credential with a malformed body may get the body's 4xx instead of
+ * the 401 (nothing is stored either way). `ended` is set once the registration is resolved, failed or
+ * deleted, which is final.
+ */
+interface CachedCredential {
+  hash: Buffer;
+  ended: boolean;
+}
+
+const ENDED = new Set(['resolved', 'failed', 'deleted']);
+
+const verifyHash = (stored: Buffer | null, checked: Buffer) =>
+  stored !== null && stored.length === checked.length && crypto.timingSafeEqual(stored, checked);
 
 /**
  * Coalesces workflow signals per registration: while one is in flight, newer callbacks only mark the
@@ -103,38 +123,44 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
     sendProblem(res, p);
   };
 
+  const refuse = (res: Response) => {
+    res.setHeader('WWW-Authenticate', 'Bearer realm="a2a-push-inbox"');
+    res.setHeader('Connection', 'close');
+    answer(res, new Problem('unauthorized', 'a valid callback credential is required'), 'unauthorized');
+  };
+
+  const credentials = new LRUCache<string, CachedCredential>({ max: 10_000, ttl: 30_000 });
+
   // Authentication first, before any of the body is read: unknown registration, wrong credential and a
   // resolved registration's wrong credential all look the same.
   const authenticate = (req: Request, res: Response, next: (err?: unknown) => void) => {
     const id = String(req.params.registrationId);
     const h = req.headers.authorization;
     const m = typeof h === 'string' ? /^Bearer\s+(\S+)\s*$/i.exec(h) : null;
+    const cached = credentials.get(id);
+    if (cached && verifyCallbackCredential(m?.[1], cached.hash)) {
+      res.locals.credential = cached;
+      return next();
+    }
     const lookup = isUuid(id)
-      ? db.query<Target>(
-          'SELECT id, tenant_id, status, agent_url, remote_task_id, callback_hash FROM registrations WHERE id = $1',
+      ? db.query<{ status: string; callback_hash: Buffer | null }>(
+          'SELECT status, callback_hash FROM registrations WHERE id = $1',
           [id],
         )
-      : Promise.resolve({ rows: [] as Target[] });
+      : Promise.resolve({ rows: [] as Array<{ status: string; callback_hash: Buffer | null }> });
     lookup
       .then((r) => {
-        const t = r.rows[0];
-        if (!verifyCallbackCredential(m?.[1], t?.callback_hash)) {
-          res.setHeader('WWW-Authenticate', 'Bearer realm="a2a-push-inbox"');
-          res.setHeader('Connection', 'close');
-          return answer(
-            res,
-            new Problem('unauthorized', 'a valid callback credential is required'),
-            'unauthorized',
-          );
-        }
-        res.locals.target = t;
+        const row = r.rows[0];
+        if (!verifyCallbackCredential(m?.[1], row?.callback_hash)) return refuse(res);
+        const entry = { hash: row!.callback_hash!, ended: ENDED.has(row!.status) };
+        credentials.set(id, entry);
+        res.locals.credential = entry;
         next();
       })
       .catch(next);
   };
 
   app.post('/a2a/push/:registrationId', authenticate, rawBody, (req, res, next) => {
-    const t = res.locals.target as Target;
     const body = req.body as Buffer;
     if (!Buffer.isBuffer(body) || body.length === 0 || !isJsonMediaType(req.headers['content-type']))
       return answer(
@@ -166,67 +192,75 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
         'invalid',
       );
 
+    const id = String(req.params.registrationId);
+    const credential = res.locals.credential as CachedCredential;
+    const late = async () => {
+      await countLate(db, id);
+      res.locals.reason = 'late';
+      res.status(200).json({ status: 'late' });
+    };
     const store = async () => {
-      if (t.status !== 'pending' && t.status !== 'active') {
-        // Late: answered 200 and only counted.
-        await countLate(db, t.id);
-        res.locals.reason = 'late';
-        res.status(200).json({ status: 'late' });
-        return;
-      }
-      // One statement, one round trip: the conditional UPDATE of the registration row takes the
-      // per-registration slot (exact: a concurrent callback's lock is waited for and the count
-      // re-checked), the stripes' sum checks the total, then the row is inserted (migration 005).
-      const stored = await db.query<{ inserted: string }>(
+      if (credential.ended) return late();
+      // One statement, one round trip: the conditional UPDATE of the registration row checks the
+      // credential again and takes the per-registration slot (exact: a concurrent callback's lock is
+      // waited for and the count re-checked), the stripes' sum checks the total, then the row is
+      // inserted (migration 005).
+      const stored = await db.query<Target>(
         `WITH reg AS (
                 UPDATE registrations SET inbox_pending = inbox_pending + 1, callbacks_received = callbacks_received + 1
-                 WHERE id = $1 AND status IN ('pending', 'active') AND inbox_pending < $5
+                 WHERE id = $1 AND callback_hash = $8 AND status IN ('pending', 'active') AND inbox_pending < $5
                    AND (SELECT sum(pending) FROM inbox_pending_stripes) < $6
-                RETURNING id),
+                RETURNING id, tenant_id, agent_url, remote_task_id),
               stripe AS (UPDATE inbox_pending_stripes SET pending = pending + 1
                           WHERE stripe = $7 AND EXISTS (SELECT 1 FROM reg) RETURNING 1),
               ins AS (INSERT INTO inbox_callbacks (registration_id, body_task_id, kind, body)
-                      SELECT id, $2, $3, $4 FROM reg RETURNING id)
-         SELECT count(*) AS inserted FROM ins`,
+                      SELECT id, $2, $3, $4 FROM reg RETURNING registration_id)
+         SELECT reg.id, reg.tenant_id, reg.agent_url, reg.remote_task_id FROM reg JOIN ins ON ins.registration_id = reg.id`,
         [
-          t.id,
+          id,
           v.taskId ?? null,
           v.kind,
           text,
           settings.INBOX_BOUND_PER_REGISTRATION,
           settings.INBOX_BOUND_TOTAL,
           crypto.randomInt(16),
+          credential.hash,
         ],
       );
-      let outcome: 'stored' | 'late' | 'bound_registration' | 'bound_total' = 'stored';
-      if (stored.rows[0]!.inserted === '0') {
-        // Not stored: say why, from the row as it is now (the rare path).
-        const now = await db.query<{ status: string; inbox_pending: number }>(
-          'SELECT status, inbox_pending FROM registrations WHERE id = $1',
-          [t.id],
-        );
-        const r = now.rows[0];
-        if (!r || (r.status !== 'pending' && r.status !== 'active')) {
-          await countLate(db, t.id);
-          outcome = 'late';
-        } else
-          outcome =
-            r.inbox_pending >= settings.INBOX_BOUND_PER_REGISTRATION ? 'bound_registration' : 'bound_total';
+      const target = stored.rows[0];
+      if (target) {
+        res.locals.reason = 'stored';
+        res.status(200).json({ status: 'accepted' });
+        coalescer.signal(target);
+        return;
       }
-      if (outcome === 'bound_registration' || outcome === 'bound_total')
-        return answer(
-          res,
-          new Problem(
-            'rate_limited',
-            'too many unprocessed callbacks; retry later',
-            {},
-            { 'Retry-After': '5' },
-          ),
-          outcome,
-        );
-      res.locals.reason = outcome;
-      res.status(200).json({ status: outcome === 'stored' ? 'accepted' : 'late' });
-      if (outcome === 'stored') coalescer.signal(t);
+      // Not stored: say why, from the row as it is now (the rare path).
+      const now = await db.query<{ status: string; inbox_pending: number; callback_hash: Buffer | null }>(
+        'SELECT status, inbox_pending, callback_hash FROM registrations WHERE id = $1',
+        [id],
+      );
+      const r = now.rows[0];
+      if (!r || !verifyHash(r.callback_hash, credential.hash)) {
+        // The credential was replaced (or the row removed) since it was checked: as if it never matched.
+        credentials.delete(id);
+        return refuse(res);
+      }
+      if (r.status !== 'pending' && r.status !== 'active') {
+        credential.ended = ENDED.has(r.status);
+        return late();
+      }
+      const outcome =
+        r.inbox_pending >= settings.INBOX_BOUND_PER_REGISTRATION ? 'bound_registration' : 'bound_total';
+      answer(
+        res,
+        new Problem(
+          'rate_limited',
+          'too many unprocessed callbacks; retry later',
+          {},
+          { 'Retry-After': '5' },
+        ),
+        outcome,
+      );
     };
     store().catch(next);
   });

@@ -131,6 +131,56 @@ describe('inbox authentication', () => {
   });
 });
 
+describe('a credential checked before and changed since', () => {
+  it('a credential replaced after it was accepted (Idempotency-Key repeat) is refused: 401, nothing stored; the new one is accepted', async () => {
+    const key = crypto.randomUUID();
+    const send = async () => {
+      const res = await stack.api('/v1/registrations', {
+        method: 'POST',
+        json: { mode: 'embedded', agent: { url: AGENT } },
+        headers: { 'idempotency-key': key },
+      });
+      expect(res.status).toBe(201);
+      return (await res.json()) as Json;
+    };
+    const a = await send();
+    const url: string = a.pushNotificationConfig.url;
+    const old: string = a.pushNotificationConfig.authentication.credentials;
+    // Accepted once: the inbox has now seen (and remembers) the old credential.
+    expect((await callback(url, { headers: { authorization: `Bearer ${old}` } })).status).toBe(200);
+    const fresh: string = (await send()).pushNotificationConfig.authentication.credentials;
+    expect(fresh).not.toBe(old);
+    const before = await rows(a.id);
+    const refused = await callback(url, { headers: { authorization: `Bearer ${old}` } });
+    expect(refused.status).toBe(401);
+    expect(refused.headers.get('www-authenticate')).toBe('Bearer realm="a2a-push-inbox"');
+    expect(await rows(a.id)).toBe(before);
+    expect((await callback(url, { headers: { authorization: `Bearer ${fresh}` } })).status).toBe(200);
+    expect(await rows(a.id)).toBe(before + 1);
+    expect(await json(stack.api(`/v1/registrations/${a.id}`))).toMatchObject({
+      callbacks: { received: 2, pending: 2, late: 0 },
+    });
+  });
+
+  it('a registration deleted after a callback was accepted takes the next ones as late: 200, counted, no row', async () => {
+    const a = await embedded();
+    const auth = { authorization: `Bearer ${a.credential}` };
+    expect((await callback(a.url, { headers: auth })).status).toBe(200);
+    expect((await stack.api(`/v1/registrations/${a.id}`, { method: 'DELETE' })).status).toBe(204);
+    const before = await rows(a.id);
+    for (let i = 0; i < 2; i++) {
+      const res = await callback(a.url, { headers: auth });
+      expect(res.status).toBe(200);
+      expect(await res.json()).toEqual({ status: 'late' });
+    }
+    expect(await rows(a.id)).toBe(before);
+    expect(await json(stack.api(`/v1/registrations/${a.id}`))).toMatchObject({
+      status: 'deleted',
+      callbacks: { received: 3, late: 2 },
+    });
+  });
+});
+
 describe('inbox checks after authentication', () => {
   it('413 over 1 MiB, 415 for non-JSON, 400 for non-StreamResponse: problem+json, nothing stored', async () => {
     const a = await embedded();

@@ -5,7 +5,7 @@ import type { Benchmark, BenchContext } from './lib/context';
 import { load, type LoadResult } from './lib/load';
 import { figure, type Figure } from './lib/report';
 import { freshDatabase, spawnBenchProcess, startServices } from './lib/stack';
-import { cpuSeconds, freePort, round } from './lib/util';
+import { cpuSeconds, freePort, postgresCpuSeconds, round } from './lib/util';
 
 interface Registration {
   id: string;
@@ -14,8 +14,39 @@ interface Registration {
 
 const CONNECTIONS = 32;
 
-/** CPU milliseconds the serving process spent per answered callback: robust to a noisy machine. */
-const perCallbackMs = (cpuS: number, r: LoadResult) => round((cpuS * 1000) / Math.max(1, r.requests), 3);
+/** CPU milliseconds per answered callback, by process: robust to a noisy machine, and says where it goes. */
+interface CpuPerCallback {
+  server: number;
+  postgres: number;
+  temporal?: number;
+}
+
+/** Runs a load and measures the CPU its serving process, Postgres and (ours) the dev server spent on it. */
+async function measured(
+  ctx: BenchContext,
+  pids: { server: number; temporal?: number },
+  run: () => Promise<LoadResult>,
+): Promise<{ result: LoadResult; cpu: CpuPerCallback }> {
+  const pgDir = path.join(ctx.dir, 'pg');
+  const take = () => ({
+    server: cpuSeconds(pids.server),
+    postgres: postgresCpuSeconds(pgDir),
+    temporal: pids.temporal ? cpuSeconds(pids.temporal) : 0,
+  });
+  const before = take();
+  const result = await run();
+  const after = take();
+  const per = (k: keyof typeof before) =>
+    round(((after[k] - before[k]) * 1000) / Math.max(1, result.requests), 3);
+  return {
+    result,
+    cpu: {
+      server: per('server'),
+      postgres: per('postgres'),
+      ...(pids.temporal ? { temporal: per('temporal') } : {}),
+    },
+  };
+}
 const body = (i: number) =>
   JSON.stringify({
     statusUpdate: { taskId: `rt-${i}`, contextId: 'ctx', status: { state: 'TASK_STATE_WORKING' } },
@@ -24,13 +55,13 @@ const body = (i: number) =>
 /** Our inbox process (and an api to create 100 embedded registrations), loaded by autocannon. */
 async function loadOurs(
   ctx: BenchContext,
-  temporalAddress: string,
+  temporal: { address: string; pid?: number },
   durationS: number,
-): Promise<{ result: LoadResult; ids: string[]; cpuMs: number }> {
+): Promise<{ result: LoadResult; ids: string[]; cpu: CpuPerCallback }> {
   const services = await startServices({
     dir: ctx.dir,
     databaseUrl: await freshDatabase(ctx.pg),
-    temporalAddress,
+    temporalAddress: temporal.address,
     caFile: ctx.receiver.tls.caFile,
     start: { workers: false },
     env: { INBOX_BOUND_PER_REGISTRATION: '10000000', INBOX_BOUND_TOTAL: '100000000' },
@@ -48,25 +79,26 @@ async function loadOurs(
     }
     await api.close();
     let k = 0;
-    const cpu0 = cpuSeconds(services.inbox.pid);
-    const result = await load({
-      url: services.inbox.url,
-      connections: CONNECTIONS,
-      durationS,
-      next: () => {
-        const reg = regs[k++ % regs.length]!;
-        return {
-          path: new URL(reg.pushNotificationConfig.url).pathname,
-          headers: {
-            'content-type': 'application/a2a+json',
-            authorization: `Bearer ${reg.pushNotificationConfig.authentication.credentials}`,
-          },
-          body: body(k),
-        };
-      },
-    });
-    const cpuMs = perCallbackMs(cpuSeconds(services.inbox.pid) - cpu0, result);
-    return { result, ids: regs.map((r) => r.id), cpuMs };
+    const pids = { server: services.inbox.pid, ...(temporal.pid ? { temporal: temporal.pid } : {}) };
+    const { result, cpu } = await measured(ctx, pids, () =>
+      load({
+        url: services.inbox.url,
+        connections: CONNECTIONS,
+        durationS,
+        next: () => {
+          const reg = regs[k++ % regs.length]!;
+          return {
+            path: new URL(reg.pushNotificationConfig.url).pathname,
+            headers: {
+              'content-type': 'application/a2a+json',
+              authorization: `Bearer ${reg.pushNotificationConfig.authentication.credentials}`,
+            },
+            body: body(k),
+          };
+        },
+      }),
+    );
+    return { result, ids: regs.map((r) => r.id), cpu };
   } finally {
     await services.stop();
   }
@@ -77,7 +109,7 @@ async function loadBaseline(
   ctx: BenchContext,
   ids: string[],
   durationS: number,
-): Promise<{ result: LoadResult; cpuMs: number }> {
+): Promise<{ result: LoadResult; cpu: CpuPerCallback }> {
   const url = await freshDatabase(ctx.pg);
   const db = createPool(url, 2);
   await migrate(db);
@@ -94,18 +126,18 @@ async function loadBaseline(
   ]);
   try {
     let k = 0;
-    const cpu0 = cpuSeconds(baseline.pid);
-    const result = await load({
-      url: `http://127.0.0.1:${baseline.ready}`,
-      connections: CONNECTIONS,
-      durationS,
-      next: () => ({
-        path: `/a2a/push/${ids[k++ % ids.length]!}`,
-        headers: { 'content-type': 'application/a2a+json' },
-        body: body(k),
+    return await measured(ctx, { server: baseline.pid }, () =>
+      load({
+        url: `http://127.0.0.1:${baseline.ready}`,
+        connections: CONNECTIONS,
+        durationS,
+        next: () => ({
+          path: `/a2a/push/${ids[k++ % ids.length]!}`,
+          headers: { 'content-type': 'application/a2a+json' },
+          body: body(k),
+        }),
       }),
-    });
-    return { result, cpuMs: perCallbackMs(cpuSeconds(baseline.pid) - cpu0, result) };
+    );
   } finally {
     await baseline.stop();
   }
@@ -118,11 +150,11 @@ export const inboxBenchmark: Benchmark = {
     const durationS = ctx.quick ? 5 : 15;
     const temporal = await ctx.temporal();
     ctx.log('ours: the inbox process, signalling the dev server');
-    const up = await loadOurs(ctx, temporal.address, durationS);
+    const up = await loadOurs(ctx, temporal, durationS);
     ctx.log('baseline: bare Express + pg insert');
     const b = await loadBaseline(ctx, up.ids, durationS);
     ctx.log('ours with Temporal unreachable (no signal reaches a server)');
-    const down = await loadOurs(ctx, `127.0.0.1:${await freePort()}`, durationS);
+    const down = await loadOurs(ctx, { address: `127.0.0.1:${await freePort()}` }, durationS);
     const o = up.result;
     const d = down.result;
     const bl = b.result;
@@ -144,7 +176,19 @@ export const inboxBenchmark: Benchmark = {
       ),
       figure('ours, Temporal unreachable: callbacks/s', d.rps, '/s', { label: 'baseline', value: bl.rps }),
       figure('ours, Temporal unreachable: p99', d.p99, 'ms', { label: 'baseline p99', value: bl.p99 }),
-      figure('inbox process CPU per callback', up.cpuMs, 'ms', { label: 'baseline process', value: b.cpuMs }),
+      figure('CPU per callback: inbox process', up.cpu.server, 'ms', {
+        label: 'baseline process',
+        value: b.cpu.server,
+      }),
+      figure('CPU per callback: Postgres', up.cpu.postgres, 'ms', {
+        label: 'baseline Postgres',
+        value: b.cpu.postgres,
+      }),
+      figure('CPU per callback: dev server (signals)', up.cpu.temporal ?? 0, 'ms'),
+      figure('CPU per callback, Temporal unreachable: inbox process', down.cpu.server, 'ms', {
+        label: 'baseline process',
+        value: b.cpu.server,
+      }),
     ];
     const errs = (r: LoadResult) => r.non2xx + r.errors;
     if (errs(o) + errs(bl) + errs(d) > 0)
@@ -177,7 +221,7 @@ export const inboxBenchmark: Benchmark = {
         ours: o,
         oursTemporalUnreachable: d,
         baseline: bl,
-        cpuMsPerCallback: { ours: up.cpuMs, baseline: b.cpuMs },
+        cpuMsPerCallback: { ours: up.cpu, oursTemporalUnreachable: down.cpu, baseline: b.cpu },
       },
     };
   },

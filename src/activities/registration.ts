@@ -49,6 +49,12 @@ export interface ReconcileResult {
   reason?: string;
   /** The call failed in a way the next poll may repair. */
   transient?: string;
+  /**
+   * Callbacks stored while the call ran are still unprocessed: the workflow reconciles again soon. The
+   * inbox signals a registration only for its first unprocessed callback, so this is what covers the
+   * ones that arrive while a GetTask is under way.
+   */
+  morePending?: boolean;
 }
 
 const FAILURE_REASON: Record<
@@ -250,7 +256,20 @@ export const createRegistrationActivities = (deps: RegistrationDeps) => {
       }
       if (entered)
         await tx.query('UPDATE registrations SET remote_state = $2 WHERE id = $1', [cur.id, observed]);
-      return { ended: false, status: cur.status, ...base, remoteState: observed };
+      // Read under the row lock: a callback stored after this commit sees the count this leaves, so
+      // either this run sees it here or the inbox sees the registration's first unprocessed callback.
+      const left = await tx.query<{ inbox_pending: number }>(
+        'SELECT inbox_pending FROM registrations WHERE id = $1',
+        [cur.id],
+      );
+      const morePending = (left.rows[0]?.inbox_pending ?? 0) > 0;
+      return {
+        ended: false,
+        status: cur.status,
+        ...base,
+        remoteState: observed,
+        ...(morePending ? { morePending } : {}),
+      };
     });
   }
 

@@ -28,6 +28,8 @@ interface Target {
   tenant_id: string;
   agent_url: string;
   remote_task_id: string | null;
+  /** Unprocessed callbacks of the registration with this one: 1 means it is the first. */
+  inbox_pending: number;
 }
 
 /**
@@ -51,20 +53,30 @@ const verifyHash = (stored: Buffer | null, checked: Buffer) =>
   stored !== null && stored.length === checked.length && crypto.timingSafeEqual(stored, checked);
 
 /**
- * Coalesces workflow signals per registration: while one is in flight, newer callbacks only mark the
- * registration dirty, and one more signal follows when it returns, no sooner than `minIntervalMs`
- * after the previous one began. The first callback after a quiet spell signals at once; a burst costs
- * the Temporal server at most one signal per registration per interval. A lost signal is repaired by
- * polling.
+ * Coalesces workflow signals per registration. `signal` is for a registration's first unprocessed
+ * callback: it goes out at once, unless one is in flight, in which case newer callbacks only mark the
+ * registration dirty and one more signal follows when it returns, no sooner than `minIntervalMs` after
+ * the previous one began. `remind` is for a callback queued behind others not yet processed: the
+ * workflow drains those itself (it reconciles again while callbacks remain), so it signals only when
+ * this process has not signalled that registration successfully within `refreshMs` — which repairs a
+ * lost signal or a GetTask that failed — and a stream of callbacks costs the Temporal server one
+ * signal per registration per `refreshMs`, not one per callback. Polling repairs whatever is left.
  */
 export class SignalCoalescer<T extends { id: string }> {
   private readonly state = new Map<string, { dirty: boolean }>();
+  private readonly recent: LRUCache<string, true>;
   constructor(
     private readonly send: (t: T) => Promise<void>,
     private readonly minIntervalMs = 1_000,
-  ) {}
+    refreshMs = 10_000,
+  ) {
+    this.recent = new LRUCache<string, true>({ max: 100_000, ttl: refreshMs });
+  }
   inFlight(): number {
     return this.state.size;
+  }
+  remind(t: T): void {
+    if (!this.recent.has(t.id)) this.signal(t);
   }
   signal(t: T): void {
     const s = this.state.get(t.id);
@@ -78,7 +90,10 @@ export class SignalCoalescer<T extends { id: string }> {
       for (;;) {
         entry.dirty = false;
         const began = Date.now();
-        await this.send(t).catch(() => undefined);
+        await this.send(t).then(
+          () => this.recent.set(t.id, true),
+          () => this.recent.delete(t.id),
+        );
         if (!entry.dirty) break;
         const wait = this.minIntervalMs - (Date.now() - began);
         if (wait > 0) await new Promise((r) => setTimeout(r, wait));
@@ -210,12 +225,12 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
                 UPDATE registrations SET inbox_pending = inbox_pending + 1, callbacks_received = callbacks_received + 1
                  WHERE id = $1 AND callback_hash = $8 AND status IN ('pending', 'active') AND inbox_pending < $5
                    AND (SELECT sum(pending) FROM inbox_pending_stripes) < $6
-                RETURNING id, tenant_id, agent_url, remote_task_id),
+                RETURNING id, tenant_id, agent_url, remote_task_id, inbox_pending),
               stripe AS (UPDATE inbox_pending_stripes SET pending = pending + 1
                           WHERE stripe = $7 AND EXISTS (SELECT 1 FROM reg) RETURNING 1),
               ins AS (INSERT INTO inbox_callbacks (registration_id, body_task_id, kind, body)
                       SELECT id, $2, $3, $4 FROM reg RETURNING registration_id)
-         SELECT reg.id, reg.tenant_id, reg.agent_url, reg.remote_task_id FROM reg JOIN ins ON ins.registration_id = reg.id`,
+         SELECT reg.id, reg.tenant_id, reg.agent_url, reg.remote_task_id, reg.inbox_pending FROM reg JOIN ins ON ins.registration_id = reg.id`,
         [
           id,
           v.taskId ?? null,
@@ -231,7 +246,8 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
       if (target) {
         res.locals.reason = 'stored';
         res.status(200).json({ status: 'accepted' });
-        coalescer.signal(target);
+        if (target.inbox_pending === 1) coalescer.signal(target);
+        else coalescer.remind(target);
         return;
       }
       // Not stored: say why, from the row as it is now (the rare path).

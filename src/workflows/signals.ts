@@ -19,7 +19,7 @@ export const remoteTaskSignal = defineSignal('remoteTask');
 export const deleteSignal = defineSignal('delete');
 
 export interface RegistrationState {
-  phase: 'starting' | 'awaiting_task_id' | 'reconciling' | 'waiting' | 'ended';
+  phase: 'starting' | 'awaiting_task_id' | 'reconciling' | 'draining' | 'waiting' | 'ended';
   remoteState?: string;
   status?: string;
   polls: number;

@@ -99,6 +99,11 @@ export interface TestAgent {
   /** the task's configs as the agent's push store holds them */
   pushConfigs(taskId: string): AgentPushConfig[];
   /**
+   * Holds the next GetTask: it is received and recorded (`reached` resolves), then answered only once
+   * `release()` is called, with the task's state at that moment.
+   */
+  holdNextGetTask(): { reached: Promise<void>; release(): void };
+  /**
    * The agent's own DefaultPushNotificationSender pushes `{task}` with the task's current state to
    * every stored config of the task. Resolves with the answer each push got (status 0: no answer).
    */
@@ -426,8 +431,16 @@ export async function startTestAgent(o: TestAgentOptions = {}): Promise<TestAgen
     calls.push(call);
     return call;
   };
+  let hold: { reached: () => void; released: Promise<void> } | undefined;
   app.use((req: ExpressRequest, res: ExpressResponse, next: NextFunction) => {
-    record(req, req.body);
+    const call = record(req, req.body);
+    if (call.kind === 'getTask' && hold) {
+      const h = hold;
+      hold = undefined;
+      h.reached();
+      void h.released.then(() => next());
+      return;
+    }
     if (o.requireBearer !== undefined && header(req, 'authorization') !== `Bearer ${o.requireBearer}`) {
       res.status(401).set('WWW-Authenticate', 'Bearer').json({ error: 'unauthorized' });
       return;
@@ -455,6 +468,13 @@ export async function startTestAgent(o: TestAgentOptions = {}): Promise<TestAgen
     url,
     calls,
     pushLog,
+    holdNextGetTask() {
+      let reached!: () => void;
+      let release!: () => void;
+      const r = new Promise<void>((res) => (reached = res));
+      hold = { reached, released: new Promise<void>((res) => (release = res)) };
+      return { reached: r, release };
+    },
     async command(taskId, state) {
       const until = Date.now() + 5000;
       // A resumed task's executor starts waiting a moment after the follow-up message is answered.

@@ -45,4 +45,34 @@ describe('SignalCoalescer', () => {
     expect(sent).toEqual(['a', 'b', 'a']);
     expect(c.inFlight()).toBe(0);
   });
+
+  it('remind signals a registration only when this process has not signalled it within the refresh time, or its last signal failed', async () => {
+    const sent: string[] = [];
+    let fail = false;
+    const c = new SignalCoalescer<{ id: string }>(
+      async (t) => {
+        sent.push(t.id);
+        if (fail) throw new Error('unavailable');
+      },
+      10,
+      150,
+    );
+    c.remind({ id: 'a' }); // never signalled here: goes out
+    await tick(20);
+    expect(sent).toEqual(['a']);
+    for (let i = 0; i < 20; i++) c.remind({ id: 'a' }); // signalled just now: the workflow drains these
+    await tick(20);
+    expect(sent).toEqual(['a']);
+    await tick(200); // past the refresh time: one more, in case the last one was lost
+    c.remind({ id: 'a' });
+    await tick(20);
+    expect(sent).toEqual(['a', 'a']);
+    fail = true;
+    c.signal({ id: 'b' }); // fails
+    await tick(20);
+    fail = false;
+    c.remind({ id: 'b' }); // its last signal failed: goes out again at once
+    await tick(20);
+    expect(sent).toEqual(['a', 'a', 'b', 'b']);
+  });
 });

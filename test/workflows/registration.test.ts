@@ -198,6 +198,47 @@ describe('registration workflow (time-skipping, real A2A agent on HTTPS)', () =>
     expect(getTasks()).toBeLessThan(50);
   });
 
+  it('callbacks that arrive while GetTask runs get no signal of their own; the workflow drains them with one more GetTask', async () => {
+    await setup();
+    agent!.setState('rt-d', 'TASK_STATE_WORKING');
+    const reg = await register({ mode: 'separate', remoteTaskId: 'rt-d', agent: { url: agent!.url } });
+    await eventually(
+      async () => agent!.pushConfigs('rt-d').length === 1 && getTasks() >= 1,
+      (ok) => ok,
+    );
+    const credential = agent!.pushConfigs('rt-d')[0]!.authentication!.credentials;
+    const url = `${stack!.inboxUrl}/a2a/push/${reg.id}`;
+    const body = { statusUpdate: { taskId: 'rt-d', status: { state: 'TASK_STATE_WORKING' } } };
+    const signals = async () => {
+      const h = await env.client.workflow.getHandle(makeRegistrationWorkflowId(reg.id)).fetchHistory();
+      return (h.events ?? []).filter(
+        (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'callback',
+      ).length;
+    };
+    const signalsBefore = await signals();
+    const getTasksBefore = getTasks();
+
+    const hold = agent!.holdNextGetTask();
+    // The first unprocessed callback signals; its GetTask is held at the agent.
+    expect((await callback(url, credential, body)).status).toBe(200);
+    await hold.reached;
+    // Two more while that GetTask runs: stored, no signal.
+    expect((await callback(url, credential, body)).status).toBe(200);
+    expect((await callback(url, credential, body)).status).toBe(200);
+    expect((await getReg(reg.id)).callbacks).toEqual({ received: 3, pending: 3, late: 0 });
+    hold.release();
+
+    // The held GetTask processes the first; the workflow sees two left and calls GetTask once more.
+    await eventually(
+      () => getReg(reg.id),
+      (g) => g.callbacks.pending === 0,
+    );
+    expect(getTasks()).toBe(getTasksBefore + 2);
+    expect(await signals()).toBe(signalsBefore + 1);
+    expect(await timerSeconds(reg.id)).toContain(1);
+    expect((await getReg(reg.id)).status).toBe('active');
+  });
+
   it('at its bound the inbox answers 429, and accepts again once a GetTask has processed the backlog', async () => {
     await setup({ env: { INBOX_BOUND_PER_REGISTRATION: '3' } });
     agent!.setState('rt-b', 'TASK_STATE_WORKING');

@@ -1,4 +1,5 @@
 import { Client as PgClient } from 'pg';
+import { request } from 'undici';
 import { ApiClient, eventPlan } from './lib/api';
 import type { Benchmark } from './lib/context';
 import { startBenchReceiver } from './lib/receiver';
@@ -15,24 +16,79 @@ async function statusCounts(pg: PgClient, prefix: string): Promise<Record<string
   return Object.fromEntries(r.rows.map((x) => [x.status, Number(x.n)]));
 }
 
-/** Peak and last RSS of a few processes, sampled every 500 ms while `during` runs. */
+/** The worker's main-thread V8 heap (prom-client's default metrics on its /metrics), in MiB. */
+interface WorkerHeap {
+  heapTotal: number;
+  heapUsed: number;
+  external: number;
+}
+
+async function workerHeap(metricsUrl: string): Promise<WorkerHeap | undefined> {
+  try {
+    const r = await request(metricsUrl);
+    const text = await r.body.text();
+    const get = (name: string) => {
+      const m = new RegExp(`^${name}(?:\\{[^}]*\\})? ([0-9.e+]+)$`, 'm').exec(text);
+      return m ? round(Number(m[1]) / 2 ** 20) : NaN;
+    };
+    return {
+      heapTotal: get('nodejs_heap_size_total_bytes'),
+      heapUsed: get('nodejs_heap_size_used_bytes'),
+      external: get('nodejs_external_memory_bytes'),
+    };
+  } catch {
+    return undefined;
+  }
+}
+
+/** What the worker's RSS was made of when it peaked: its main-thread V8 heap, and the rest. */
+interface WorkerPeak extends Partial<WorkerHeap> {
+  rss: number;
+  /** The highest main-thread heapTotal seen during the phase (not necessarily at the RSS peak). */
+  maxHeapTotal: number;
+}
+
+/**
+ * Peak and last RSS of a few processes, sampled every 500 ms while `during` runs; for the worker also
+ * its main-thread V8 heap (from its /metrics), so that the report can say whether a peak is that heap
+ * or the rest of the process (the workflow thread's heap, Temporal core, malloc).
+ */
 async function sampleRss<T>(
   pids: Record<string, number>,
+  workerMetricsUrl: string,
   during: () => Promise<T>,
-): Promise<{ result: T; peak: Record<string, number> }> {
+): Promise<{ result: T; peak: Record<string, number>; worker: WorkerPeak }> {
   const peak: Record<string, number> = Object.fromEntries(Object.keys(pids).map((k) => [k, 0]));
-  const take = () => {
-    for (const [k, pid] of Object.entries(pids)) peak[k] = Math.max(peak[k]!, rssMiB(pid));
+  const worker: WorkerPeak = { rss: 0, maxHeapTotal: 0 };
+  let sampling = false;
+  const take = async () => {
+    if (sampling) return;
+    sampling = true;
+    try {
+      for (const [k, pid] of Object.entries(pids)) peak[k] = Math.max(peak[k]!, rssMiB(pid));
+      const heap = await workerHeap(workerMetricsUrl);
+      const rss = rssMiB(pids.worker!);
+      if (heap) worker.maxHeapTotal = Math.max(worker.maxHeapTotal, heap.heapTotal);
+      if (rss > worker.rss) Object.assign(worker, { rss }, heap ?? {});
+    } finally {
+      sampling = false;
+    }
   };
-  take();
-  const timer = setInterval(take, 500);
+  await take();
+  const timer = setInterval(() => void take(), 500);
   try {
     const result = await during();
-    take();
-    return { result, peak };
+    await take();
+    return { result, peak, worker };
   } finally {
     clearInterval(timer);
   }
+}
+
+/** "RSS 865 MiB = main-thread heap 300 (used 250) + the rest 565". */
+function describeWorker(w: { rss: number } & Partial<WorkerHeap>): string {
+  if (w.heapTotal === undefined) return `RSS ${w.rss} MiB (heap not read)`;
+  return `RSS ${w.rss} MiB = main-thread V8 heap ${w.heapTotal} (used ${w.heapUsed}, external ${w.external}) + the rest ${round(w.rss - w.heapTotal)} (workflow thread's V8 heap, Temporal core, malloc, code)`;
 }
 
 export const backlogBenchmark: Benchmark = {
@@ -64,11 +120,13 @@ export const backlogBenchmark: Benchmark = {
       // Idle: the processes up, configs made, nothing to deliver; a few seconds to settle.
       await sleep(3000);
       const idle = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, rssMiB(pid)]));
+      const metricsUrl = `${services.workers[0]!.url}/metrics`;
+      const idleWorker = { rss: idle.worker!, ...(await workerHeap(metricsUrl)) };
 
       await receiver.down();
       const plan = eventPlan(n, tasks, runId);
       const t0 = Date.now();
-      const backlog = await sampleRss(pids, async () => {
+      const backlog = await sampleRss(pids, metricsUrl, async () => {
         await pool(plan, 32, (e) => api.postEvent(e.taskId, e.id));
         const written = Date.now();
         ctx.log(`${n} events written in ${round((written - t0) / 1000)} s; waiting until all are in backoff`);
@@ -89,7 +147,7 @@ export const backlogBenchmark: Benchmark = {
       ctx.log(`backlog of ${n} held; receiver back`);
       await receiver.up();
       const up = Date.now();
-      const drain = await sampleRss(pids, async () => {
+      const drain = await sampleRss(pids, metricsUrl, async () => {
         await receiver.waitForAll(
           plan.map((e) => e.id),
           waitS * 1500 + 120_000,
@@ -163,9 +221,21 @@ export const backlogBenchmark: Benchmark = {
           `written in ${round(backlog.result.writtenS)} s; all ${n} waiting after ${round(backlog.result.allWaitingS)} s; held ${ctx.quick ? 3 : 10} s more; then the receiver came back.`,
           `The drain follows the jobs' timers (spread by when each failed and by jitter), not only the system's speed; the busiest 5 s shows the rate when many are due together.`,
           `idle RSS (MiB): ${JSON.stringify(idle)}; backlog peak: ${JSON.stringify(peakBacklog)}; drain peak: ${JSON.stringify(drain.peak)}.`,
+          `worker idle: ${describeWorker(idleWorker)}.`,
+          `worker at its backlog peak: ${describeWorker(backlog.worker)}; main-thread heap at most ${backlog.worker.maxHeapTotal} MiB in the phase.`,
+          `worker at its drain peak: ${describeWorker(drain.worker)}; main-thread heap at most ${drain.worker.maxHeapTotal} MiB in the phase.`,
           `receiver saw ${duplicates} requests beyond one per event after it came back (0 expected: refused ones are not seen).`,
         ],
-        details: { n, configs, waitS, idle, backlog, drain: { peak: drain.peak, drainRate, busiest }, final },
+        details: {
+          n,
+          configs,
+          waitS,
+          idle,
+          idleWorker,
+          backlog,
+          drain: { peak: drain.peak, worker: drain.worker, drainRate, busiest },
+          final,
+        },
       };
     } finally {
       await api.close();

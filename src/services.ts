@@ -16,6 +16,7 @@ import { createHttp, type Runtime } from './runtime';
 import { connectTemporal } from './temporal';
 import { startRetentionTimer } from './retention';
 import {
+  boundHeapGrowth,
   createWorker,
   installTemporalRuntime,
   startWorkerListener,
@@ -183,6 +184,7 @@ export async function startWorker(
 ): Promise<Service & { run: Promise<void> }> {
   const s = requireSettings(rt.settings, ['TEMPORAL_ADDRESS']);
   installTemporalRuntime(rt.logger);
+  boundHeapGrowth();
   const connection = await NativeConnection.connect({ address: s.TEMPORAL_ADDRESS });
   const httpClient = createHttp(rt);
   const worker = await createWorker(rt, httpClient, {

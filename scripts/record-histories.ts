@@ -224,6 +224,39 @@ async function main() {
     agent.setState('rt-emb', 'TASK_STATE_COMPLETED');
     await endReg('embedded-resolved', emb.id, 'resolved');
 
+    // Drained: two callbacks arrive while a GetTask is under way; the workflow reconciles once more
+    // for them a second later (drain-callbacks), then resolves on the agent's push.
+    agent.setState('rt-drain', 'TASK_STATE_WORKING');
+    const dr = await register({ mode: 'separate', remoteTaskId: 'rt-drain', agent: agentRef });
+    await eventually(
+      async () => getTasks(agent, 'rt-drain') >= 1 && agent.pushConfigs('rt-drain').length === 1,
+      (ok) => ok,
+      60_000,
+    );
+    const drCredential = agent.pushConfigs('rt-drain')[0]!.authentication!.credentials;
+    const drCallback = () =>
+      fetch(`${stack.inboxUrl}/a2a/push/${dr.id}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${drCredential}` },
+        body: JSON.stringify({ statusUpdate: { taskId: 'rt-drain', metadata: { mark: BODY_MARK } } }),
+      }).then((r) => {
+        if (r.status !== 200) throw new Error(`drain callback: ${r.status}`);
+      });
+    const hold = agent.holdNextGetTask();
+    await drCallback();
+    await hold.reached;
+    await drCallback();
+    await drCallback();
+    hold.release();
+    await eventually(
+      async () => getTasks(agent, 'rt-drain'),
+      (n) => n >= 3,
+      60_000,
+    );
+    agent.setState('rt-drain', 'TASK_STATE_COMPLETED');
+    await agent.push('rt-drain');
+    await endReg('drained', dr.id, 'resolved');
+
     // Failed: the agent does not know the task.
     const nf = await register({ mode: 'separate', remoteTaskId: 'rt-missing', agent: agentRef });
     await endReg('failed-not-found', nf.id, 'failed');
@@ -253,7 +286,7 @@ async function main() {
     // ---- save, after checking that no history holds a secret or a body
     const secrets = [CREDENTIAL, AGENT_TOKEN, BODY_MARK, 'streamResponse', 'statusUpdate'];
     fs.mkdirSync(OUT, { recursive: true });
-    for (const f of fs.readdirSync(OUT)) if (f.endsWith('.json')) fs.rmSync(path.join(OUT, f));
+    // Files this run does not write stay: histories of earlier workflow versions keep replaying.
     for (const h of histories) {
       const history = await temporal.client.workflow.getHandle(h.workflowId).fetchHistory();
       const obj = historyToObject(history);

@@ -11,6 +11,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import * as prettier from 'prettier';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { historyToObject } from '../test/replay/history-payloads';
 import { startEmbeddedPostgres } from '../src/embedded/postgres';
@@ -293,7 +294,10 @@ async function main() {
       const text = JSON.stringify(obj, null, 1);
       const all = [text, ...decodedPayloads(obj)].join('\n');
       for (const s of secrets) if (all.includes(s)) throw new Error(`${h.name}: history holds "${s}"`);
-      fs.writeFileSync(path.join(OUT, `${h.name}.json`), text + '\n');
+      // Saved as prettier formats it, so `npm test`'s prettier check passes on a fresh recording.
+      const file = path.join(OUT, `${h.name}.json`);
+      const options = (await prettier.resolveConfig(file)) ?? {};
+      fs.writeFileSync(file, await prettier.format(text, { ...options, filepath: file }));
       process.stdout.write(`saved ${h.name} (${history.events?.length ?? 0} events)\n`);
     }
   } finally {

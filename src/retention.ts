@@ -143,6 +143,9 @@ export async function runRetention(
       if (n < batchSize) break;
     }
   }
+  // The inbox's total count drifts only upward (ids of rolled-back inserts, values a crash skipped):
+  // recounted here, exactly, with callback writers held off for the count (migration 007).
+  if (!options.signal?.aborted) await db.query('SELECT inbox_total_recount()');
   return counts;
 }
 

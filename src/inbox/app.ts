@@ -218,16 +218,14 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
       if (credential.ended) return late();
       // One statement, one round trip: the conditional UPDATE of the registration row checks the
       // credential again and takes the per-registration slot (exact: a concurrent callback's lock is
-      // waited for and the count re-checked), the stripes' sum checks the total, then the row is
-      // inserted (migration 005).
+      // waited for and the count re-checked), the total is checked from the id sequence (migration
+      // 007: no row written for it), then the row is inserted.
       const stored = await db.query<Target>(
         `WITH reg AS (
                 UPDATE registrations SET inbox_pending = inbox_pending + 1, callbacks_received = callbacks_received + 1
-                 WHERE id = $1 AND callback_hash = $8 AND status IN ('pending', 'active') AND inbox_pending < $5
-                   AND (SELECT sum(pending) FROM inbox_pending_stripes) < $6
+                 WHERE id = $1 AND callback_hash = $7 AND status IN ('pending', 'active') AND inbox_pending < $5
+                   AND inbox_unprocessed_total() < $6
                 RETURNING id, tenant_id, agent_url, remote_task_id, inbox_pending),
-              stripe AS (UPDATE inbox_pending_stripes SET pending = pending + 1
-                          WHERE stripe = $7 AND EXISTS (SELECT 1 FROM reg) RETURNING 1),
               ins AS (INSERT INTO inbox_callbacks (registration_id, body_task_id, kind, body)
                       SELECT id, $2, $3, $4 FROM reg RETURNING registration_id)
          SELECT reg.id, reg.tenant_id, reg.agent_url, reg.remote_task_id, reg.inbox_pending FROM reg JOIN ins ON ins.registration_id = reg.id`,
@@ -238,7 +236,6 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
           text,
           settings.INBOX_BOUND_PER_REGISTRATION,
           settings.INBOX_BOUND_TOTAL,
-          crypto.randomInt(16),
           credential.hash,
         ],
       );

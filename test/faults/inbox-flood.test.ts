@@ -151,12 +151,12 @@ const pending = async () =>
     ).rows[0]!.n,
   );
 
-/** The bound counters (migration 005): per registration, and the stripes' sum. */
+/** The bound counters: per registration (migration 005), and the total from the id sequence (007). */
 async function counters() {
   const per = await tdb.db.query<{ id: string; inbox_pending: number }>(
     'SELECT id, inbox_pending FROM registrations',
   );
-  const total = await tdb.db.query<{ n: string }>('SELECT sum(pending) AS n FROM inbox_pending_stripes');
+  const total = await tdb.db.query<{ n: string }>('SELECT inbox_unprocessed_total() AS n');
   return {
     perRegistration: Object.fromEntries(per.rows.map((r) => [r.id, r.inbox_pending])),
     total: Number(total.rows[0]!.n),
@@ -168,7 +168,7 @@ it('20,000 callbacks, 8 senders, bounds 64/10,000: every answer 200 or 429, ever
   const r1 = await flood(plan(CALLBACKS, HOT_SHARE, 1), 0);
   expect(r1.other).toEqual([]);
   expect(r1.ok.length + r1.limited).toBe(CALLBACKS);
-  // The total bound is checked against the stripes' sum without a lock: it may be passed by at most
+  // The total bound is checked against the sequence-based count without a lock: it may be passed by at most
   // the callbacks being stored at that instant (one per sender here). Per registration it is exact.
   expect(r1.ok.length).toBeGreaterThanOrEqual(TOTAL);
   expect(r1.ok.length).toBeLessThan(TOTAL + SENDERS);

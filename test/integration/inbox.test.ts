@@ -1,6 +1,8 @@
 import crypto from 'node:crypto';
 import { connectDevServer, json, startStack, type Json, type Stack } from '../helpers/harness';
 import { makeTestTls } from '../helpers/tls';
+import { runRetention } from '../../src/retention';
+import { inTx } from '../../src/db/pool';
 import { Agent, fetch as undiciFetch } from 'undici';
 
 jest.setTimeout(60_000);
@@ -232,6 +234,43 @@ describe('inbox checks after authentication', () => {
     expect(unprocessed.rows[0].n).toBe(5);
     const reg = await json(stack.api(`/v1/registrations/${a.id}`));
     expect(reg.callbacks).toEqual({ received: 3, pending: 3, late: 0 });
+  });
+
+  it('the total count follows stores, processing and deletes; an id without a row counts until the daily recount removes it', async () => {
+    const db = stack.tdb.db;
+    await db.query('UPDATE inbox_callbacks SET processed_at = now()');
+    const counted = async () => Number((await db.query('SELECT inbox_unprocessed_total() AS n')).rows[0].n);
+    const actual = async () =>
+      Number(
+        (await db.query('SELECT count(*) AS n FROM inbox_callbacks WHERE processed_at IS NULL')).rows[0].n,
+      );
+    expect(await counted()).toBe(0);
+    const a = await embedded();
+    const b = await embedded();
+    for (const r of [a, a, b])
+      expect((await callback(r.url, { headers: { authorization: `Bearer ${r.credential}` } })).status).toBe(
+        200,
+      );
+    expect([await counted(), await actual()]).toEqual([3, 3]);
+    // A GetTask processes a's; b's registration is deleted (its callbacks processed with it).
+    await db.query('UPDATE inbox_callbacks SET processed_at = now() WHERE registration_id = $1', [a.id]);
+    expect([await counted(), await actual()]).toEqual([1, 1]);
+    expect((await stack.api(`/v1/registrations/${b.id}`, { method: 'DELETE' })).status).toBe(204);
+    expect([await counted(), await actual()]).toEqual([0, 0]);
+    // An insert that rolled back after taking its id leaves a gap: counted as unprocessed (a 429 too
+    // early, never a bound passed) until the recount the daily cleanup runs.
+    await expect(
+      inTx(db, async (tx) => {
+        await tx.query(
+          `INSERT INTO inbox_callbacks (registration_id, kind, body) VALUES ($1, 'task', '{}')`,
+          [a.id],
+        );
+        throw new Error('rolled back');
+      }),
+    ).rejects.toThrow('rolled back');
+    expect([await counted(), await actual()]).toEqual([1, 0]);
+    await runRetention(db, 30 * 86_400_000);
+    expect([await counted(), await actual()]).toEqual([0, 0]);
   });
 
   it('a deleted registration answers 200 to its own credential and only counts it: no row', async () => {

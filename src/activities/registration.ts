@@ -218,13 +218,20 @@ export const createRegistrationActivities = (deps: RegistrationDeps) => {
       ).rows[0];
       if (!cur || (cur.status !== 'pending' && cur.status !== 'active'))
         return { ended: true, status: cur?.status ?? 'deleted', ...base };
-      if (upTo !== null)
+      const terminal = TERMINAL_STATES.includes(observed);
+      const entered = observed !== cur.remote_state;
+      // Callbacks are released (the bound counters' triggers lock the inbox_total row) before the feed
+      // item takes the tenant's feed lock, on every path (fail() too): one lock order, no deadlock.
+      if (terminal)
+        await tx.query(
+          'UPDATE inbox_callbacks SET processed_at = now() WHERE registration_id = $1 AND processed_at IS NULL',
+          [cur.id],
+        );
+      else if (upTo !== null)
         await tx.query(
           'UPDATE inbox_callbacks SET processed_at = now() WHERE registration_id = $1 AND processed_at IS NULL AND id <= $2',
           [r.id, upTo],
         );
-      const terminal = TERMINAL_STATES.includes(observed);
-      const entered = observed !== cur.remote_state;
       if (entered && (terminal || INTERRUPTED_STATES.includes(observed)))
         await appendFeedItem(tx, {
           tenantId: cur.tenant_id,
@@ -238,10 +245,6 @@ export const createRegistrationActivities = (deps: RegistrationDeps) => {
         await tx.query(
           `UPDATE registrations SET remote_state = $2, status = 'resolved', resolved_at = now() WHERE id = $1`,
           [cur.id, observed],
-        );
-        await tx.query(
-          'UPDATE inbox_callbacks SET processed_at = now() WHERE registration_id = $1 AND processed_at IS NULL',
-          [cur.id],
         );
         await audit(tx, {
           tenantId: cur.tenant_id,
@@ -258,11 +261,13 @@ export const createRegistrationActivities = (deps: RegistrationDeps) => {
         await tx.query('UPDATE registrations SET remote_state = $2 WHERE id = $1', [cur.id, observed]);
       // Read under the row lock: a callback stored after this commit sees the count this leaves, so
       // either this run sees it here or the inbox sees the registration's first unprocessed callback.
-      const left = await tx.query<{ inbox_pending: number }>(
-        'SELECT inbox_pending FROM registrations WHERE id = $1',
+      // The rows themselves, not the inbox_pending counter: a counter that drifted high (migration 005
+      // counted without a lock) must not keep the workflow draining for ever.
+      const left = await tx.query<{ more: boolean }>(
+        'SELECT EXISTS (SELECT 1 FROM inbox_callbacks WHERE registration_id = $1 AND processed_at IS NULL) AS more',
         [cur.id],
       );
-      const morePending = (left.rows[0]?.inbox_pending ?? 0) > 0;
+      const morePending = left.rows[0]?.more === true;
       return {
         ended: false,
         status: cur.status,

@@ -183,7 +183,14 @@ export class Dispatcher {
         ORDER BY created_at LIMIT 100`,
     );
     for (const reg of r.rows) {
-      await signalRegistration(this.o.client, this.o.taskQueue, reg);
+      // A registration whose remote task id was posted while Temporal was away needs that signal: a
+      // run waiting for the id wakes only on it (and it is harmless to a run that has the id).
+      await signalRegistration(
+        this.o.client,
+        this.o.taskQueue,
+        reg,
+        reg.remote_task_id ? 'remoteTask' : 'callback',
+      );
       await this.o.db.query('UPDATE registrations SET workflow_started = true WHERE id = $1', [reg.id]);
     }
     return r.rows.length;

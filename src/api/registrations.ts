@@ -154,7 +154,9 @@ export function registrationRoutes(deps: ApiDeps & { feed: FeedNotifier }): Rout
           }
           if (row.status !== 'pending') throw new Problem('conflict', `the registration is ${row.status}`);
           const u = await tx.query<RegistrationRow>(
-            `UPDATE registrations SET remote_task_id = $2, status = 'active' WHERE id = $1 RETURNING *`,
+            // workflow_started goes back to false until the run has the id (`start` below): if that
+            // signal is lost, the dispatcher's sweep sends it again.
+            `UPDATE registrations SET remote_task_id = $2, status = 'active', workflow_started = false WHERE id = $1 RETURNING *`,
             [row.id, body.remoteTaskId],
           );
           await audit(tx, {

@@ -197,6 +197,62 @@ describe('the TaskId search attribute', () => {
   });
 });
 
+describe('a remote task id whose signal was lost', () => {
+  it('is sent again by the dispatcher’s sweep: the waiting run gets it and calls GetTask', async () => {
+    const agent = await startTestAgent();
+    try {
+      const reg = await register({ mode: 'embedded', agent: { url: agent.url } });
+      const handle = temporal.client.workflow.getHandle(makeRegistrationWorkflowId(reg.id));
+      await eventually(
+        () => handle.query<{ phase: string }>('status'),
+        (st) => st.phase === 'awaiting_task_id',
+      );
+      const taskId = `lost-${crypto.randomBytes(4).toString('hex')}`;
+      agent.setState(taskId, 'TASK_STATE_WORKING');
+      // What POST /remote-task writes, with its signal lost (Temporal away at that moment).
+      await stack.tdb.db.query(
+        `UPDATE registrations SET remote_task_id = $2, status = 'active', workflow_started = false,
+                created_at = now() - interval '1 minute' WHERE id = $1`,
+        [reg.id, taskId],
+      );
+      // Nothing else tells the waiting run (an inbox callback's signal does not wake it).
+      await stack.dispatcher.startRegistrations();
+      await eventually(
+        async () => agent.calls.filter((c) => c.kind === 'getTask').length,
+        (n) => n >= 1,
+      );
+      expect(await json(stack.api(`/v1/registrations/${reg.id}`))).toMatchObject({
+        status: 'active',
+        remoteState: 'TASK_STATE_WORKING',
+      });
+    } finally {
+      await agent.close();
+    }
+  });
+
+  it('POST /remote-task marks the run as told once its signal went through', async () => {
+    const agent = await startTestAgent();
+    try {
+      const reg = await register({ mode: 'embedded', agent: { url: agent.url } });
+      const taskId = `told-${crypto.randomBytes(4).toString('hex')}`;
+      agent.setState(taskId, 'TASK_STATE_WORKING');
+      const res = await stack.api(`/v1/registrations/${reg.id}/remote-task`, {
+        method: 'POST',
+        json: { remoteTaskId: taskId },
+      });
+      expect(res.status).toBe(200);
+      await eventually(
+        async () =>
+          (await stack.tdb.db.query('SELECT workflow_started FROM registrations WHERE id = $1', [reg.id]))
+            .rows[0].workflow_started as boolean,
+        (started) => started,
+      );
+    } finally {
+      await agent.close();
+    }
+  });
+});
+
 describe('the resolutions feed', () => {
   it('pages with stable cursors; each resolution appears exactly once across pages; bad parameters are 400', async () => {
     const agent = await startTestAgent();

@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import type { Db } from '../db/pool';
 import { hostOf } from '../ids';
 import { withRequestContext } from '../request-context';
-import { signalRegistration, startDeliveryWorkflow } from '../temporal';
+import { signalRegistration, startDeliveryWorkflow, type JobToStart } from '../temporal';
 
 export interface DispatcherOptions {
   db: Db;
@@ -112,14 +112,7 @@ export class Dispatcher {
   ): void {
     this.directInFlight += jobs.length;
     for (const j of jobs) {
-      const run = startDeliveryWorkflow(this.o.client, this.o.taskQueue, {
-        id: j.id,
-        tenantId,
-        taskId,
-        configId: j.configId,
-        host: j.host,
-        ...(this.o.plan ? { plan: this.o.plan } : {}),
-      })
+      const run = this.startJob({ id: j.id, tenantId, taskId, configId: j.configId, host: j.host })
         .then(
           () => {
             this.directFailed = false;
@@ -147,6 +140,14 @@ export class Dispatcher {
         });
       this.directRuns.add(run);
     }
+  }
+
+  /** Starts one job's workflow, with the attempt plan in its details: both paths start through here. */
+  private startJob(job: Omit<JobToStart, 'plan'>): Promise<void> {
+    return startDeliveryWorkflow(this.o.client, this.o.taskQueue, {
+      ...job,
+      ...(this.o.plan ? { plan: this.o.plan } : {}),
+    });
   }
 
   /** Marks directly started jobs dispatched, many per statement when they come together. */
@@ -230,13 +231,12 @@ export class Dispatcher {
         try {
           // The start carries the id of the request that wrote the job.
           await withRequestContext({ requestId: j.request_id ?? '' }, () =>
-            startDeliveryWorkflow(this.o.client, this.o.taskQueue, {
+            this.startJob({
               id: j.id,
               tenantId: j.tenant_id,
               taskId: j.task_id,
               configId: j.config_id,
               host: hostOf(j.url),
-              ...(this.o.plan ? { plan: this.o.plan } : {}),
             }),
           );
           started.push(j.id);

@@ -150,10 +150,15 @@ export async function writeEvent(
     e.boundPerConfig,
   ]);
   const r = w.rows[0]!;
+  const starts = r.o_job_ids.map((id, i) => ({
+    id,
+    configId: r.o_config_ids[i]!,
+    host: hostOf(r.o_urls[i]!),
+  }));
   return {
     eventId: r.o_event_id,
-    deliveries: r.o_job_ids.map((id, i) => ({ id, configId: r.o_config_ids[i]! })),
-    starts: r.o_job_ids.map((id, i) => ({ id, configId: r.o_config_ids[i]!, host: hostOf(r.o_urls[i]!) })),
+    deliveries: starts.map(({ id, configId }) => ({ id, configId })),
+    starts,
     superseded: r.o_superseded,
   };
 }

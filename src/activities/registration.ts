@@ -11,7 +11,7 @@ import { callbackUrl } from '../ids';
 import { audit } from '../db/audit';
 import type { Db, Tx } from '../db/pool';
 import { inTx } from '../db/pool';
-import { appendFeedItem, type RegistrationRow } from '../db/registrations';
+import { appendFeedItem, markCallbacksProcessed, type RegistrationRow } from '../db/registrations';
 import type { OutboundClient } from '../outbound';
 import { newCallbackCredential } from '../sealing/callback';
 import type { Keyring } from '../sealing/keyring';
@@ -90,10 +90,7 @@ export const createRegistrationActivities = (deps: RegistrationDeps) => {
       [r.id, reason],
     );
     if (!u.rowCount) return false;
-    await tx.query(
-      'UPDATE inbox_callbacks SET processed_at = now() WHERE registration_id = $1 AND processed_at IS NULL',
-      [r.id],
-    );
+    await markCallbacksProcessed(tx, r.id);
     await appendFeedItem(tx, {
       tenantId: r.tenant_id,
       registrationId: r.id,
@@ -222,16 +219,8 @@ export const createRegistrationActivities = (deps: RegistrationDeps) => {
       const entered = observed !== cur.remote_state;
       // Callbacks are released (the bound counters' triggers lock the inbox_total row) before the feed
       // item takes the tenant's feed lock, on every path (fail() too): one lock order, no deadlock.
-      if (terminal)
-        await tx.query(
-          'UPDATE inbox_callbacks SET processed_at = now() WHERE registration_id = $1 AND processed_at IS NULL',
-          [cur.id],
-        );
-      else if (upTo !== null)
-        await tx.query(
-          'UPDATE inbox_callbacks SET processed_at = now() WHERE registration_id = $1 AND processed_at IS NULL AND id <= $2',
-          [r.id, upTo],
-        );
+      if (terminal) await markCallbacksProcessed(tx, cur.id);
+      else if (upTo !== null) await markCallbacksProcessed(tx, cur.id, upTo);
       if (entered && (terminal || INTERRUPTED_STATES.includes(observed)))
         await appendFeedItem(tx, {
           tenantId: cur.tenant_id,

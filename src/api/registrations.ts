@@ -6,6 +6,7 @@ import { inTx, type Tx } from '../db/pool';
 import {
   feedItemView,
   getRegistration,
+  markCallbacksProcessed,
   readFeed,
   registrationView,
   type RegistrationRow,
@@ -195,10 +196,7 @@ export function registrationRoutes(deps: ApiDeps & { feed: FeedNotifier }): Rout
               if (!row || row.status === 'deleted') return false;
               await tx.query(`UPDATE registrations SET status = 'deleted' WHERE id = $1`, [id]);
               // Its unprocessed callbacks stop counting against the bounds.
-              await tx.query(
-                'UPDATE inbox_callbacks SET processed_at = now() WHERE registration_id = $1 AND processed_at IS NULL',
-                [id],
-              );
+              await markCallbacksProcessed(tx, id);
               await audit(tx, {
                 tenantId,
                 actor: apiKeyId,

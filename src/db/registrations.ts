@@ -82,6 +82,18 @@ export async function readFeed(db: Db, tenantId: string, after: string, limit: n
   return r.rows;
 }
 
+/**
+ * Marks a registration's unprocessed callbacks processed (those up to `upTo` when given): they stop
+ * counting against the inbox bounds, which the counters' triggers give back (migrations 005, 007).
+ */
+export async function markCallbacksProcessed(tx: Tx, registrationId: string, upTo?: string): Promise<void> {
+  await tx.query(
+    `UPDATE inbox_callbacks SET processed_at = now()
+      WHERE registration_id = $1 AND processed_at IS NULL AND ($2::bigint IS NULL OR id <= $2)`,
+    [registrationId, upTo ?? null],
+  );
+}
+
 export const FEED_CHANNEL = 'a2a_push_feed';
 
 /**

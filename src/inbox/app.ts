@@ -1,4 +1,3 @@
-import crypto from 'node:crypto';
 import { isUuid } from '../ids';
 import express, { type Request, type Response } from 'express';
 import { LRUCache } from 'lru-cache';
@@ -11,7 +10,7 @@ import { Problem, sendProblem } from '../api/problem';
 import type { Settings } from '../config';
 import type { Db } from '../db/pool';
 import { inboxRequests } from '../metrics';
-import { verifyCallbackCredential } from '../sealing/callback';
+import { sameCallbackHash, verifyCallbackCredential } from '../sealing/callback';
 import { validateStreamResponse } from '../stream-response';
 import { signalRegistration } from '../temporal';
 
@@ -48,9 +47,6 @@ interface CachedCredential {
 }
 
 const ENDED = new Set(['resolved', 'failed', 'deleted']);
-
-const verifyHash = (stored: Buffer | null, checked: Buffer) =>
-  stored !== null && stored.length === checked.length && crypto.timingSafeEqual(stored, checked);
 
 /**
  * Coalesces workflow signals per registration. `signal` is for a registration's first unprocessed
@@ -253,13 +249,13 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
         [id],
       );
       const r = now.rows[0];
-      if (!r || !verifyHash(r.callback_hash, credential.hash)) {
+      if (!r || !sameCallbackHash(r.callback_hash, credential.hash)) {
         // The credential was replaced (or the row removed) since it was checked: as if it never matched.
         credentials.delete(id);
         return refuse(res);
       }
-      if (r.status !== 'pending' && r.status !== 'active') {
-        credential.ended = ENDED.has(r.status);
+      if (ENDED.has(r.status)) {
+        credential.ended = true;
         return late();
       }
       const outcome =

@@ -20,3 +20,7 @@ export function verifyCallbackCredential(
   const ok = crypto.timingSafeEqual(hashCallbackCredential(given ?? ''), expected);
   return ok && given !== undefined && expected !== DUMMY;
 }
+
+/** Two stored credential hashes compared in constant time (the inbox re-checks a cached one). */
+export const sameCallbackHash = (stored: Buffer | null, checked: Buffer): boolean =>
+  stored !== null && stored.length === checked.length && crypto.timingSafeEqual(stored, checked);

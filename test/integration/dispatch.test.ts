@@ -50,6 +50,18 @@ const leaseOf = async (jobId: string) =>
     )
   ).rows[0]!;
 
+/** An event written straight to the outbox with its jobs leased, as the API does for a direct start. */
+const writeLeased = (taskId: string, leaseMs: number) =>
+  writeOutbox(stack.tdb.db, {
+    tenantId: 'tenant-a',
+    taskId,
+    kind: 'statusUpdate',
+    body: JSON.stringify(status(taskId)),
+    deadlineMs: 60_000,
+    boundPerConfig: 100,
+    leaseMs,
+  });
+
 it('an idle write starts its own jobs: delivered without any claim run', async () => {
   const taskId = `direct-${crypto.randomUUID()}`;
   await createConfig(stack, taskId, { id: 'c1', url: receiver.url });
@@ -73,15 +85,7 @@ it('an idle write starts its own jobs: delivered without any claim run', async (
 it('a claim run skips a job leased for a direct start, and takes it once the lease is gone', async () => {
   const taskId = `leased-${crypto.randomUUID()}`;
   await createConfig(stack, taskId, { id: 'c1', url: receiver.url });
-  const w = await writeOutbox(stack.tdb.db, {
-    tenantId: 'tenant-a',
-    taskId,
-    kind: 'statusUpdate',
-    body: JSON.stringify(status(taskId)),
-    deadlineMs: 60_000,
-    boundPerConfig: 100,
-    leaseMs: 30_000,
-  });
+  const w = await writeLeased(taskId, 30_000);
   const [job] = w.starts;
   expect(job).toMatchObject({ configId: 'c1', host: new URL(receiver.url).host });
   expect(await leaseOf(job!.id)).toEqual({ leased: true, dispatched: false });
@@ -118,15 +122,7 @@ it('a direct start Temporal refuses releases the lease at once; writes then go t
     const taskId = `refused-${crypto.randomUUID()}`;
     await createConfig(stack, taskId, { id: 'c1', url: receiver.url });
     expect(away.directLease()).toBe(away.directLeaseMs);
-    const w = await writeOutbox(stack.tdb.db, {
-      tenantId: 'tenant-a',
-      taskId,
-      kind: 'statusUpdate',
-      body: JSON.stringify(status(taskId)),
-      deadlineMs: 60_000,
-      boundPerConfig: 100,
-      leaseMs: away.directLeaseMs,
-    });
+    const w = await writeLeased(taskId, away.directLeaseMs);
     const job = w.starts[0]!;
     away.startNow('tenant-a', taskId, w.starts);
     // Released well before the 5 s lease would have run out, and nothing was started.

@@ -1,4 +1,5 @@
 import crypto from 'node:crypto';
+import { WorkflowNotFoundError } from '@temporalio/client';
 import { SendMessageRequest } from '@a2a-js/sdk';
 import { ClientFactory } from '@a2a-js/sdk/client';
 import { Agent, fetch as undiciFetch } from 'undici';
@@ -203,9 +204,21 @@ describe('a remote task id whose signal was lost', () => {
     try {
       const reg = await register({ mode: 'embedded', agent: { url: agent.url } });
       const handle = temporal.client.workflow.getHandle(makeRegistrationWorkflowId(reg.id));
+      // The API starts the run after it answers: until then the query finds no workflow.
       await eventually(
-        () => handle.query<{ phase: string }>('status'),
+        () =>
+          handle.query<{ phase: string }>('status').catch((err: unknown) => {
+            if (err instanceof WorkflowNotFoundError) return { phase: 'not started' };
+            throw err;
+          }),
         (st) => st.phase === 'awaiting_task_id',
+      );
+      // …and then records that it did; the lost signal below must come after that record.
+      await eventually(
+        async () =>
+          (await stack.tdb.db.query('SELECT workflow_started FROM registrations WHERE id = $1', [reg.id]))
+            .rows[0].workflow_started as boolean,
+        (started) => started,
       );
       const taskId = `lost-${crypto.randomBytes(4).toString('hex')}`;
       agent.setState(taskId, 'TASK_STATE_WORKING');

@@ -234,10 +234,12 @@ describe('a remote task id whose signal was lost', () => {
         async () => agent.calls.filter((c) => c.kind === 'getTask').length,
         (n) => n >= 1,
       );
-      expect(await json(stack.api(`/v1/registrations/${reg.id}`))).toMatchObject({
-        status: 'active',
-        remoteState: 'TASK_STATE_WORKING',
-      });
+      // The agent answered; the activity records what it said just after.
+      const after = await eventually(
+        () => json(stack.api(`/v1/registrations/${reg.id}`)),
+        (x) => x.remoteState !== undefined,
+      );
+      expect(after).toMatchObject({ status: 'active', remoteState: 'TASK_STATE_WORKING' });
     } finally {
       await agent.close();
     }

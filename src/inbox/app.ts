@@ -13,6 +13,7 @@ import { inboxRequests } from '../metrics';
 import { sameCallbackHash, verifyCallbackCredential } from '../sealing/callback';
 import { validateStreamResponse } from '../stream-response';
 import { signalRegistration } from '../temporal';
+import { GroupCommit } from './group-commit';
 
 export interface InboxDeps {
   db: Db;
@@ -47,6 +48,23 @@ interface CachedCredential {
 }
 
 const ENDED = new Set(['resolved', 'failed', 'deleted']);
+
+/** A valid callback on its way to the store. */
+interface Callback {
+  registrationId: string;
+  /** The credential hash it matched: the store checks the registration still has it. */
+  hash: Buffer;
+  taskId: string | null;
+  kind: string;
+  body: string;
+}
+
+/**
+ * Store statements running at once per inbox process. Bench 4 on 2 cores: 1 and 2 gave the same
+ * throughput (2,886 and 2,877 callbacks/s), 4 less (2,307: smaller batches, more commits). Two keep
+ * Postgres busy across the round trip when it is on another machine.
+ */
+const STORE_WRITES_IN_FLIGHT = 2;
 
 /**
  * Coalesces workflow signals per registration. `signal` is for a registration's first unprocessed
@@ -142,6 +160,24 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
 
   const credentials = new LRUCache<string, CachedCredential>({ max: 10_000, ttl: 30_000 });
 
+  const storer = new GroupCommit<Callback, Target | null>(async (items) => {
+    const stored = await db.query<Target & { ord: number }>(
+      'SELECT ord, id, tenant_id, agent_url, remote_task_id, inbox_pending FROM inbox_store($1, $2, $3, $4, $5, $6, $7)',
+      [
+        items.map((c) => c.registrationId),
+        items.map((c) => c.hash),
+        items.map((c) => c.taskId),
+        items.map((c) => c.kind),
+        items.map((c) => c.body),
+        settings.INBOX_BOUND_PER_REGISTRATION,
+        settings.INBOX_BOUND_TOTAL,
+      ],
+    );
+    const targets: Array<Target | null> = items.map(() => null);
+    for (const { ord, ...target } of stored.rows) targets[ord - 1] = target;
+    return targets;
+  }, STORE_WRITES_IN_FLIGHT);
+
   // Authentication first, before any of the body is read: unknown registration, wrong credential and a
   // resolved registration's wrong credential all look the same.
   const authenticate = (req: Request, res: Response, next: (err?: unknown) => void) => {
@@ -212,30 +248,16 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
     };
     const store = async () => {
       if (credential.ended) return late();
-      // One statement, one round trip: the conditional UPDATE of the registration row checks the
-      // credential again and takes the per-registration slot (exact: a concurrent callback's lock is
-      // waited for and the count re-checked), the total is checked from the id sequence (migration
-      // 007: no row written for it), then the row is inserted.
-      const stored = await db.query<Target>(
-        `WITH reg AS (
-                UPDATE registrations SET inbox_pending = inbox_pending + 1, callbacks_received = callbacks_received + 1
-                 WHERE id = $1 AND callback_hash = $7 AND status IN ('pending', 'active') AND inbox_pending < $5
-                   AND inbox_unprocessed_total() < $6
-                RETURNING id, tenant_id, agent_url, remote_task_id, inbox_pending),
-              ins AS (INSERT INTO inbox_callbacks (registration_id, body_task_id, kind, body)
-                      SELECT id, $2, $3, $4 FROM reg RETURNING registration_id)
-         SELECT reg.id, reg.tenant_id, reg.agent_url, reg.remote_task_id, reg.inbox_pending FROM reg JOIN ins ON ins.registration_id = reg.id`,
-        [
-          id,
-          v.taskId ?? null,
-          v.kind,
-          text,
-          settings.INBOX_BOUND_PER_REGISTRATION,
-          settings.INBOX_BOUND_TOTAL,
-          credential.hash,
-        ],
-      );
-      const target = stored.rows[0];
+      // Stored together with the callbacks that arrive meanwhile (group commit, migration 008): one
+      // statement re-checks the credential, takes the per-registration slot (exact: the registration
+      // rows are locked), checks the total and inserts; the answer waits for that commit.
+      const target = await storer.submit({
+        registrationId: id,
+        hash: credential.hash,
+        taskId: v.taskId ?? null,
+        kind: v.kind,
+        body: text,
+      });
       if (target) {
         res.locals.reason = 'stored';
         res.status(200).json({ status: 'accepted' });

@@ -236,6 +236,78 @@ describe('inbox checks after authentication', () => {
     expect(reg.callbacks).toEqual({ received: 3, pending: 3, late: 0 });
   });
 
+  it('callbacks sent at once are stored together and the bounds stay exact: 3 of 12 for one registration', async () => {
+    await stack.tdb.db.query('UPDATE inbox_callbacks SET processed_at = now()');
+    const a = await embedded();
+    const auth = { authorization: `Bearer ${a.credential}` };
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, () => callback(a.url, { headers: auth }).then((r) => r.status)),
+    );
+    expect(answers.filter((s) => s === 200)).toHaveLength(3);
+    expect(answers.filter((s) => s === 429)).toHaveLength(9);
+    expect(await rows(a.id)).toBe(3);
+    const reg = await json(stack.api(`/v1/registrations/${a.id}`));
+    expect(reg.callbacks).toEqual({ received: 3, pending: 3, late: 0 });
+  });
+
+  it('one store statement (inbox_store): each registration up to its bound in input order, the total over the batch, a replaced credential stores nothing', async () => {
+    const db = stack.tdb.db;
+    await db.query('UPDATE inbox_callbacks SET processed_at = now()');
+    const [a, b, c] = [await embedded(), await embedded(), await embedded()];
+    const hash = async (id: string) =>
+      (await db.query('SELECT callback_hash FROM registrations WHERE id = $1', [id])).rows[0]
+        .callback_hash as Buffer;
+    const [ha, hb, hc] = [await hash(a.id), await hash(b.id), await hash(c.id)];
+    const input: Array<[string, Buffer]> = [
+      [a.id, ha],
+      [b.id, Buffer.alloc(32)], // a credential that is not (or no longer) b's
+      [a.id, ha],
+      [a.id, ha],
+      [a.id, ha], // a's fourth: over its bound of 3
+      [c.id, hc],
+      [b.id, hb],
+      [c.id, hc], // the sixth admissible: over the total of 5
+    ];
+    const stored = await db.query(
+      'SELECT ord, id, inbox_pending FROM inbox_store($1, $2, $3, $4, $5, 3, 5)',
+      [
+        input.map(([id]) => id),
+        input.map(([, h]) => h),
+        input.map((_, i) => `remote-${i + 1}`),
+        input.map(() => 'statusUpdate'),
+        input.map((_, i) => JSON.stringify({ n: i + 1, quote: 'a "quoted" \\ body' })),
+      ],
+    );
+    expect(stored.rows.map((r) => [r.ord, r.id, r.inbox_pending])).toEqual([
+      [1, a.id, 1],
+      [3, a.id, 2],
+      [4, a.id, 3],
+      [6, c.id, 1],
+      [7, b.id, 1],
+    ]);
+    const kept = await db.query(
+      'SELECT registration_id, body_task_id, body FROM inbox_callbacks WHERE processed_at IS NULL ORDER BY id',
+    );
+    expect(kept.rows.map((r) => [r.registration_id, r.body_task_id])).toEqual([
+      [a.id, 'remote-1'],
+      [a.id, 'remote-3'],
+      [a.id, 'remote-4'],
+      [c.id, 'remote-6'],
+      [b.id, 'remote-7'],
+    ]);
+    expect(JSON.parse(kept.rows[4].body)).toEqual({ n: 7, quote: 'a "quoted" \\ body' });
+    for (const [r, n] of [
+      [a, 3],
+      [b, 1],
+      [c, 1],
+    ] as const)
+      expect((await json(stack.api(`/v1/registrations/${r.id}`))).callbacks).toEqual({
+        received: n,
+        pending: n,
+        late: 0,
+      });
+  });
+
   it('the total count follows stores, processing and deletes; an id without a row counts until the daily recount removes it', async () => {
     const db = stack.tdb.db;
     await db.query('UPDATE inbox_callbacks SET processed_at = now()');

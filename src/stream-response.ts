@@ -36,5 +36,11 @@ export function validateStreamResponse(value: unknown, path = ''): StreamRespons
   const id = inner[idField];
   if (id !== undefined && typeof id !== 'string')
     return { ok: false, errors: [{ path: at(`${kind}.${idField}`), message: 'must be a string' }] };
+  // The id is stored as text, which cannot hold U+0000 (the body is kept as JSON text, where it is escaped).
+  if (id?.includes('\u0000'))
+    return {
+      ok: false,
+      errors: [{ path: at(`${kind}.${idField}`), message: 'must not contain U+0000' }],
+    };
   return id === undefined ? { ok: true, kind } : { ok: true, kind, taskId: id };
 }

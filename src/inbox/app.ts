@@ -1,5 +1,6 @@
 import { isUuid } from '../ids';
 import express, { type Request, type Response } from 'express';
+import { DatabaseError } from 'pg';
 import { LRUCache } from 'lru-cache';
 import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
@@ -65,6 +66,15 @@ interface Callback {
  * Postgres busy across the round trip when it is on another machine.
  */
 const STORE_WRITES_IN_FLIGHT = 2;
+/** Callbacks per store statement at most. */
+const STORE_BATCH_MAX = 64;
+/**
+ * Callbacks waiting for a store statement at most; beyond it the inbox answers 503 with Retry-After
+ * (nothing stored) instead of holding ever more requests open while Postgres lags or a lock is held.
+ */
+const STORE_QUEUE_MAX = 4_096;
+/** SQLSTATE lock_not_available: the store waited longer than its lock_timeout for a registration row. */
+const LOCK_NOT_AVAILABLE = '55P03';
 
 /**
  * Coalesces workflow signals per registration. `signal` is for a registration's first unprocessed
@@ -160,23 +170,28 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
 
   const credentials = new LRUCache<string, CachedCredential>({ max: 10_000, ttl: 30_000 });
 
-  const storer = new GroupCommit<Callback, Target | null>(async (items) => {
-    const stored = await db.query<Target & { ord: number }>(
-      'SELECT ord, id, tenant_id, agent_url, remote_task_id, inbox_pending FROM inbox_store($1, $2, $3, $4, $5, $6, $7)',
-      [
-        items.map((c) => c.registrationId),
-        items.map((c) => c.hash),
-        items.map((c) => c.taskId),
-        items.map((c) => c.kind),
-        items.map((c) => c.body),
-        settings.INBOX_BOUND_PER_REGISTRATION,
-        settings.INBOX_BOUND_TOTAL,
-      ],
-    );
-    const targets: Array<Target | null> = items.map(() => null);
-    for (const { ord, ...target } of stored.rows) targets[ord - 1] = target;
-    return targets;
-  }, STORE_WRITES_IN_FLIGHT);
+  const storer = new GroupCommit<Callback, Target | null>(
+    async (items) => {
+      const stored = await db.query<Target & { ord: number }>(
+        'SELECT ord, id, tenant_id, agent_url, remote_task_id, inbox_pending FROM inbox_store($1, $2, $3, $4, $5, $6, $7)',
+        [
+          items.map((c) => c.registrationId),
+          items.map((c) => c.hash),
+          items.map((c) => c.taskId),
+          items.map((c) => c.kind),
+          items.map((c) => c.body),
+          settings.INBOX_BOUND_PER_REGISTRATION,
+          settings.INBOX_BOUND_TOTAL,
+        ],
+      );
+      const targets: Array<Target | null> = items.map(() => null);
+      for (const { ord, ...target } of stored.rows) targets[ord - 1] = target;
+      return targets;
+    },
+    STORE_WRITES_IN_FLIGHT,
+    STORE_BATCH_MAX,
+    (err) => err instanceof DatabaseError,
+  );
 
   // Authentication first, before any of the body is read: unknown registration, wrong credential and a
   // resolved registration's wrong credential all look the same.
@@ -251,13 +266,26 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
       // Stored together with the callbacks that arrive meanwhile (group commit, migration 008): one
       // statement re-checks the credential, takes the per-registration slot (exact: the registration
       // rows are locked), checks the total and inserts; the answer waits for that commit.
-      const target = await storer.submit({
-        registrationId: id,
-        hash: credential.hash,
-        taskId: v.taskId ?? null,
-        kind: v.kind,
-        body: text,
-      });
+      const busy = () =>
+        answer(
+          res,
+          new Problem('unavailable', 'the inbox is busy; retry later', {}, { 'Retry-After': '5' }),
+          'busy',
+        );
+      if (storer.waiting() >= STORE_QUEUE_MAX) return busy();
+      let target: Target | null;
+      try {
+        target = await storer.submit({
+          registrationId: id,
+          hash: credential.hash,
+          taskId: v.taskId ?? null,
+          kind: v.kind,
+          body: text,
+        });
+      } catch (err) {
+        if ((err as { code?: unknown }).code === LOCK_NOT_AVAILABLE) return busy();
+        throw err;
+      }
       if (target) {
         res.locals.reason = 'stored';
         res.status(200).json({ status: 'accepted' });

@@ -4,6 +4,10 @@
  * service adds no delay, and under load the database pays one statement and one commit per batch
  * instead of per item. Each caller's promise settles when its own write has (committed or failed):
  * nothing is answered before it is durable. `write` answers one result per item, in order.
+ *
+ * A write that fails for a reason `retryAlone` accepts (one item the database refused, the statement
+ * rolled back) is tried again item by item, so one bad item fails only its own caller; any other
+ * failure (a lost connection: the outcome is unknown) fails the batch.
  */
 export class GroupCommit<I, R> {
   private readonly queue: Array<{ item: I; resolve: (r: R) => void; reject: (e: unknown) => void }> = [];
@@ -13,6 +17,7 @@ export class GroupCommit<I, R> {
     private readonly write: (items: I[]) => Promise<R[]>,
     private readonly maxInFlight = 2,
     private readonly maxBatch = 64,
+    private readonly retryAlone: (err: unknown) => boolean = () => false,
   ) {}
 
   submit(item: I): Promise<R> {
@@ -27,19 +32,24 @@ export class GroupCommit<I, R> {
     return this.queue.length;
   }
 
+  /** One write for the batch; settles every item when it succeeds, throws (settling none) when not. */
+  private async run(batch: Array<{ item: I; resolve: (r: R) => void }>): Promise<void> {
+    const results = await this.write(batch.map((b) => b.item));
+    if (results.length !== batch.length)
+      throw new Error(`group commit: ${results.length} results for ${batch.length} items`);
+    batch.forEach((b, i) => b.resolve(results[i]!));
+  }
+
   private pump(): void {
     while (this.inFlight < this.maxInFlight && this.queue.length > 0) {
       const batch = this.queue.splice(0, this.maxBatch);
       this.inFlight++;
-      // A write that throws synchronously still settles its batch.
-      Promise.resolve()
-        .then(() => this.write(batch.map((b) => b.item)))
-        .then((results) => {
-          if (results.length !== batch.length)
-            throw new Error(`group commit: ${results.length} results for ${batch.length} items`);
-          batch.forEach((b, i) => b.resolve(results[i]!));
+      this.run(batch)
+        .catch(async (err: unknown) => {
+          if (batch.length > 1 && this.retryAlone(err))
+            await Promise.all(batch.map((b) => this.run([b]).catch((e: unknown) => b.reject(e))));
+          else batch.forEach((b) => b.reject(err));
         })
-        .catch((err: unknown) => batch.forEach((b) => b.reject(err)))
         .finally(() => {
           this.inFlight--;
           this.pump();

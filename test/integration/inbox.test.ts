@@ -201,12 +201,55 @@ describe('inbox checks after authentication', () => {
       expect(r.status).toBe(400);
       expect((await json(r as unknown as Response)).type).toBe('urn:a2a-push:problem:validation');
     }
+    // A task id Postgres text cannot hold is the sender's error, named, not a 500.
+    const nul = await callback(a.url, {
+      headers: auth,
+      body: '{"statusUpdate":{"taskId":"r\\u0000x","status":{"state":"TASK_STATE_WORKING"}}}',
+    });
+    expect(nul.status).toBe(400);
+    expect(((await nul.json()) as Json).errors).toEqual([
+      { path: 'statusUpdate.taskId', message: 'must not contain U+0000' },
+    ]);
     expect(await rows(a.id)).toBe(0);
     const ok = await callback(a.url, {
       headers: { ...auth, 'content-type': 'application/a2a+json' },
       body: '{"task":{"id":"r"}}',
     });
     expect(ok.status).toBe(200);
+  });
+
+  it('a registration row held by another transaction past the lock timeout: its callback gets 503, nothing stored; other registrations are not held up', async () => {
+    await stack.tdb.db.query('UPDATE inbox_callbacks SET processed_at = now()');
+    const [held, other] = [await embedded(), await embedded()];
+    const lock = await stack.tdb.db.connect();
+    try {
+      await lock.query('BEGIN');
+      await lock.query('SELECT 1 FROM registrations WHERE id = $1 FOR UPDATE', [held.id]);
+      const t0 = Date.now();
+      const heldAnswer = callback(held.url, { headers: { authorization: `Bearer ${held.credential}` } }).then(
+        (r) => ({ r, at: Date.now() - t0 }),
+      );
+      await new Promise((r) => setTimeout(r, 200));
+      const otherAnswer = await callback(other.url, {
+        headers: { authorization: `Bearer ${other.credential}` },
+      });
+      const otherAt = Date.now() - t0;
+      expect(otherAnswer.status).toBe(200);
+      const { r, at } = await heldAnswer;
+      expect(r.status).toBe(503);
+      expect(r.headers.get('retry-after')).toBe('5');
+      expect(otherAt).toBeLessThan(at);
+      expect(at).toBeGreaterThanOrEqual(4_900);
+    } finally {
+      await lock.query('ROLLBACK');
+      lock.release();
+    }
+    expect(await rows(held.id)).toBe(0);
+    expect(await rows(other.id)).toBe(1);
+    // Once the row is free again, the same callback is stored.
+    const again = await callback(held.url, { headers: { authorization: `Bearer ${held.credential}` } });
+    expect(again.status).toBe(200);
+    expect(await rows(held.id)).toBe(1);
   });
 
   it('over the per-registration bound: 429 with Retry-After, nothing stored; the total bound holds across registrations', async () => {

@@ -24,6 +24,7 @@ describe('validateStreamResponse', () => {
     [{ result: {} }],
     [{ task: {}, extra: 1 }],
     [{ task: { id: 5 } }],
+    [{ statusUpdate: { taskId: 'a\u0000b' } }],
   ])('refuses %j', (v) => {
     const r = validateStreamResponse(v, 'streamResponse');
     expect(r.ok).toBe(false);

@@ -13,12 +13,16 @@
 -- callbacks of one registration are taken in input order up to its bound; the batch as a whole takes at
 -- most the room left in the total (in input order, so a registration's admitted callbacks are always
 -- its first ones). Concurrent batches may pass the total by at most what they store at that instant,
--- as with the one-row store.
+-- as with the one-row store: with 2 batches of at most 64 in flight per inbox process, 128 per process.
+--
+-- A registration row held by another transaction for more than lock_timeout (5 s, set for the
+-- function only) fails the batch with 55P03 instead of stalling the inbox; the inbox then stores the
+-- batch's callbacks one by one, so only the busy registration's callback is refused (503, retry).
 CREATE FUNCTION inbox_store(
   p_registration uuid[], p_hash bytea[], p_task_id text[], p_kind text[], p_body text[],
   p_bound_registration integer, p_bound_total bigint)
 RETURNS TABLE (ord integer, id uuid, tenant_id text, agent_url text, remote_task_id text, inbox_pending integer)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
 #variable_conflict use_column
 DECLARE room bigint;
 BEGIN

@@ -215,7 +215,7 @@ export const inboxBenchmark: Benchmark = {
       ],
       notes: [
         `autocannon, ${CONNECTIONS} connections, ${durationS} s each, round-robin over 100 embedded registrations; bounds raised to 10,000,000 per registration and 100,000,000 in all.`,
-        'Ours: Bearer check, media type, StreamResponse validation, bounds, durable insert, then a coalesced signalWithStart (at most one per registration per second) to the dev server on this machine (no worker). Baseline: one INSERT of the same row, no check.',
+        "Ours: Bearer check, media type, StreamResponse validation, bounds, durable insert (callbacks arriving together share one statement and commit; each answer waits for its own commit), then a signal for a registration's first unprocessed callback (coalesced) to the dev server on this machine (no worker). Baseline: one INSERT of the same row per request, no check.",
       ],
       details: {
         ours: o,

@@ -1,7 +1,9 @@
 /**
  * `npm run bench [-- --quick] [--only=name,name]`: every benchmark beside its baselines, in one run on
  * one machine. Prints one line per figure with its ratio, writes bench/results/<date>.json and a chart.
+ * `npm run bench -- --chart=bench/results/<date>.json` draws a run's chart again.
  */
+import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { deliveryBenchmark } from './1-delivery';
@@ -29,8 +31,26 @@ const ALL: Benchmark[] = [
   clusterBenchmark,
 ];
 
+/** `--chart=bench/results/<date>.json`: draws that run's chart again (after a change to the chart). */
+async function redraw(json: string) {
+  const doc = JSON.parse(fs.readFileSync(json, 'utf8')) as {
+    startedAt: string;
+    quick: boolean;
+    machine: { cpus: number };
+    results: BenchResult[];
+  };
+  const charts = await drawChart(
+    doc.results.flatMap((r) => r.chart),
+    json.replace(/\.json$/, '.svg'),
+    `a2a-push benchmarks ${doc.startedAt.slice(0, 16)}Z${doc.quick ? ' (quick)' : ''}, ${doc.machine.cpus} cores`,
+  );
+  process.stdout.write(`chart: ${charts.join(', ')}\n`);
+}
+
 async function main() {
   const args = process.argv.slice(2);
+  const chart = args.find((a) => a.startsWith('--chart='))?.slice('--chart='.length);
+  if (chart) return redraw(chart);
   const quick = args.includes('--quick');
   const only = args
     .find((a) => a.startsWith('--only='))

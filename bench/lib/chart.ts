@@ -11,13 +11,17 @@ import type { ChartRow } from './report';
  */
 export async function drawChart(rows: ChartRow[], file: string, title: string): Promise<string[]> {
   const panel = (metric: 'throughput' | 'latency') => {
-    const data = rows.filter((r) =>
-      metric === 'throughput' ? r.metric === 'throughput' : r.metric !== 'throughput',
-    );
+    // Each benchmark's bars have their own scale and unit (deliveries/s, MiB, %): the unit goes into
+    // the benchmark's label, as one axis title cannot name them all.
+    const data = rows
+      .filter((r) => (metric === 'throughput' ? r.metric === 'throughput' : r.metric !== 'throughput'))
+      .map((r) => (metric === 'throughput' ? { ...r, bench: [r.bench, r.unit] } : r));
     if (data.length === 0) return undefined;
     return {
       title:
-        metric === 'throughput' ? 'Throughput (higher is better)' : 'Latency p50 / p99, ms (lower is better)',
+        metric === 'throughput'
+          ? 'Throughput and size (unit under each benchmark)'
+          : 'Latency p50 / p99, ms (lower is better)',
       data: { values: data },
       facet: {
         row: {
@@ -34,7 +38,7 @@ export async function drawChart(rows: ChartRow[], file: string, title: string): 
         encoding: {
           y: { field: 'series', type: 'nominal', title: null, sort: null },
           ...(metric === 'latency' ? { yOffset: { field: 'metric', type: 'nominal' } } : {}),
-          x: { field: 'value', type: 'quantitative', title: metric === 'throughput' ? 'per second' : 'ms' },
+          x: { field: 'value', type: 'quantitative', title: metric === 'throughput' ? null : 'ms' },
           color:
             metric === 'throughput'
               ? { field: 'series', type: 'nominal', legend: null }

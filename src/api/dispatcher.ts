@@ -125,12 +125,7 @@ export class Dispatcher {
               { err: (err as Error).message, jobId: j.id },
               'direct start failed; the claim run retries',
             );
-            await this.o.db
-              .query(
-                'UPDATE delivery_jobs SET dispatch_lease = NULL WHERE id = $1 AND dispatched_at IS NULL',
-                [j.id],
-              )
-              .catch(() => undefined);
+            await this.releaseLeases([j.id]).catch(() => undefined);
             this.kick();
           },
         )
@@ -157,18 +152,29 @@ export class Dispatcher {
     this.marking = (async () => {
       while (this.toMark.length > 0) {
         const ids = this.toMark.splice(0);
-        await this.o.db
-          .query(
-            'UPDATE delivery_jobs SET dispatched_at = now(), dispatch_lease = NULL WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL',
-            [ids],
-          )
-          .catch((err: unknown) =>
-            // Not marked: the lease expires and a claim run starts them again (Temporal rejects the duplicate).
-            this.o.logger.warn({ err: (err as Error).message }, 'marking direct starts dispatched failed'),
-          );
+        await this.markStarted(ids).catch((err: unknown) =>
+          // Not marked: the lease expires and a claim run starts them again (Temporal rejects the duplicate).
+          this.o.logger.warn({ err: (err as Error).message }, 'marking direct starts dispatched failed'),
+        );
       }
       this.marking = undefined;
     })();
+  }
+
+  /** The jobs' workflows are started: they leave the claim run for good. */
+  private markStarted(ids: string[]) {
+    return this.o.db.query(
+      'UPDATE delivery_jobs SET dispatched_at = now(), dispatch_lease = NULL WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL',
+      [ids],
+    );
+  }
+
+  /** The jobs' starts failed: the next claim run takes them at once rather than after the lease. */
+  private releaseLeases(ids: string[]) {
+    return this.o.db.query(
+      'UPDATE delivery_jobs SET dispatch_lease = NULL WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL',
+      [ids],
+    );
   }
 
   /** Registrations whose workflow start was lost (Temporal away at creation, or a crash). */
@@ -248,16 +254,10 @@ export class Dispatcher {
     await Promise.all(Array.from({ length: Math.min(this.concurrency, jobs.length) }, lane));
     const startedSet = new Set(started);
     const notStarted = jobs.map((j) => j.id).filter((id) => !startedSet.has(id));
-    await this.o.db.query(
-      `UPDATE delivery_jobs SET dispatched_at = now(), dispatch_lease = NULL WHERE id = ANY($1::uuid[])`,
-      [started],
-    );
+    await this.markStarted(started);
     if (started.length > 0) this.directFailed = false;
     if (notStarted.length > 0) {
-      // Release the claim so the next sweep tries again at once rather than after the lease.
-      await this.o.db.query('UPDATE delivery_jobs SET dispatch_lease = NULL WHERE id = ANY($1::uuid[])', [
-        notStarted,
-      ]);
+      await this.releaseLeases(notStarted);
       throw failure;
     }
     return jobs.length;

@@ -45,7 +45,7 @@ export function eventRoutes(deps: ApiDeps): Router {
           });
           return {
             status: 202,
-            body: { eventId: w.eventId, deliveries: w.deliveries },
+            body: { eventId: w.eventId, deliveries: w.starts.map(({ id, configId }) => ({ id, configId })) },
             after: () => {
               eventWrites.inc();
               if (w.starts.length > 0)

@@ -107,8 +107,7 @@ export async function deleteConfig(
 
 export interface WrittenEvent {
   eventId: string;
-  deliveries: Array<{ id: string; configId: string }>;
-  /** What starting each new job's workflow needs (ids and the target's host: nothing secret). */
+  /** The new jobs, with what starting each one's workflow needs (ids and the target's host: nothing secret). */
   starts: Array<{ id: string; configId: string; host: string }>;
   /** Jobs pushed out by the per-config bound; their workflows are woken to end. */
   superseded: string[];
@@ -150,15 +149,13 @@ export async function writeEvent(
     e.boundPerConfig,
   ]);
   const r = w.rows[0]!;
-  const starts = r.o_job_ids.map((id, i) => ({
-    id,
-    configId: r.o_config_ids[i]!,
-    host: hostOf(r.o_urls[i]!),
-  }));
   return {
     eventId: r.o_event_id,
-    deliveries: starts.map(({ id, configId }) => ({ id, configId })),
-    starts,
+    starts: r.o_job_ids.map((id, i) => ({
+      id,
+      configId: r.o_config_ids[i]!,
+      host: hostOf(r.o_urls[i]!),
+    })),
     superseded: r.o_superseded,
   };
 }

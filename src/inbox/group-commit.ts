@@ -27,7 +27,7 @@ export class GroupCommit<I, R> {
     });
   }
 
-  /** Items waiting for a write slot (a metric of how far writes lag behind). */
+  /** Items waiting for a write slot: how far writes lag behind (the inbox caps it). */
   waiting(): number {
     return this.queue.length;
   }

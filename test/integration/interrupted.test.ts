@@ -51,7 +51,7 @@ it('a started attempt found on retry is marked interrupted, counts, and the next
       boundPerConfig: 64,
     }),
   );
-  const jobId = ev.deliveries[0]!.id;
+  const jobId = ev.starts[0]!.id;
   const now = Date.now();
   // As a crash mid-request leaves it:
   await tdb.db.query(`UPDATE delivery_jobs SET status = 'in_flight', attempt_count = 1 WHERE id = $1`, [

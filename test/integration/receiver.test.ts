@@ -198,6 +198,11 @@ describe('the TaskId search attribute', () => {
   });
 });
 
+/** Whether the API (or the sweep) has recorded the registration's run as started and told. */
+const workflowStarted = async (id: string): Promise<boolean> =>
+  (await stack.tdb.db.query('SELECT workflow_started FROM registrations WHERE id = $1', [id])).rows[0]
+    .workflow_started as boolean;
+
 describe('a remote task id whose signal was lost', () => {
   it('is sent again by the dispatcher’s sweep: the waiting run gets it and calls GetTask', async () => {
     const agent = await startTestAgent();
@@ -215,9 +220,7 @@ describe('a remote task id whose signal was lost', () => {
       );
       // …and then records that it did; the lost signal below must come after that record.
       await eventually(
-        async () =>
-          (await stack.tdb.db.query('SELECT workflow_started FROM registrations WHERE id = $1', [reg.id]))
-            .rows[0].workflow_started as boolean,
+        () => workflowStarted(reg.id),
         (started) => started,
       );
       const taskId = `lost-${crypto.randomBytes(4).toString('hex')}`;
@@ -257,9 +260,7 @@ describe('a remote task id whose signal was lost', () => {
       });
       expect(res.status).toBe(200);
       await eventually(
-        async () =>
-          (await stack.tdb.db.query('SELECT workflow_started FROM registrations WHERE id = $1', [reg.id]))
-            .rows[0].workflow_started as boolean,
+        () => workflowStarted(reg.id),
         (started) => started,
       );
     } finally {

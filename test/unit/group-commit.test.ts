@@ -12,6 +12,21 @@ function manualWrites() {
   return { batches, pending, write };
 }
 
+/** A write that holds the batch [0] until released and throws what `fail` answers for a batch. */
+function gatedWrites(fail: (items: number[]) => Error | undefined) {
+  const batches: number[][] = [];
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const write = async (items: number[]) => {
+    batches.push(items);
+    if (items.length === 1 && items[0] === 0) await gate;
+    const err = fail(items);
+    if (err) throw err;
+    return items.map((i) => `stored ${i}`);
+  };
+  return { batches, release: () => release(), write };
+}
+
 const tick = () => new Promise((r) => setImmediate(r));
 
 describe('GroupCommit', () => {
@@ -68,56 +83,32 @@ describe('GroupCommit', () => {
 
   it('a batch the database refused for one item is stored item by item: only that item fails', async () => {
     class Refused extends Error {}
-    const batches: number[][] = [];
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    const g = new GroupCommit(
-      async (items: number[]) => {
-        batches.push(items);
-        if (items.length === 1 && items[0] === 0) await gate;
-        if (items.includes(13)) throw new Refused('invalid byte sequence');
-        return items.map((i) => `stored ${i}`);
-      },
-      1,
-      64,
-      (err) => err instanceof Refused,
-    );
+    const w = gatedWrites((items) => (items.includes(13) ? new Refused('invalid byte sequence') : undefined));
+    const g = new GroupCommit(w.write, 1, 64, (err) => err instanceof Refused);
     const first = g.submit(0);
     await tick();
     const rest = [12, 13, 14].map((i) => g.submit(i).catch((e: Error) => `failed: ${e.message}`));
-    release();
+    w.release();
     expect(await first).toBe('stored 0');
     expect(await Promise.all(rest)).toEqual(['stored 12', 'failed: invalid byte sequence', 'stored 14']);
-    expect(batches).toEqual([[0], [12, 13, 14], [12], [13], [14]]);
+    expect(w.batches).toEqual([[0], [12, 13, 14], [12], [13], [14]]);
   });
 
   it('a batch that failed for any other reason (the outcome is unknown) fails whole, and is not tried again', async () => {
-    const batches: number[][] = [];
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    const g = new GroupCommit(
-      async (items: number[]) => {
-        batches.push(items);
-        if (items[0] === 0) {
-          await gate;
-          return ['stored 0'];
-        }
-        throw new Error('Connection terminated unexpectedly');
-      },
-      1,
-      64,
-      () => false,
+    const w = gatedWrites((items) =>
+      items[0] === 0 ? undefined : new Error('Connection terminated unexpectedly'),
     );
+    const g = new GroupCommit(w.write, 1, 64, () => false);
     const first = g.submit(0);
     await tick();
     const rest = [1, 2].map((i) => g.submit(i).catch((e: Error) => `failed: ${e.message}`));
-    release();
+    w.release();
     await first;
     expect(await Promise.all(rest)).toEqual([
       'failed: Connection terminated unexpectedly',
       'failed: Connection terminated unexpectedly',
     ]);
-    expect(batches).toEqual([[0], [1, 2]]);
+    expect(w.batches).toEqual([[0], [1, 2]]);
   });
 
   it('a write answering the wrong number of results fails its batch instead of answering someone else’s', async () => {

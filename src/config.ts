@@ -82,6 +82,11 @@ export const settingsSchema = z
     RETRY_FACTOR: z.coerce.number().min(1).max(100).default(3),
     RETRY_MAX: duration('6h'),
     OUTBOX_BOUND_PER_CONFIG: int(64, 1, 1_000_000),
+    // Calls to one target (host or address, plus port) on the wire at once, across all workers.
+    OUTBOUND_HOST_CONCURRENCY: int(8, 1, 10_000),
+    // Activity slots of the slow lane: attempts to targets that recently timed out, refused or were slow.
+    SLOW_LANE_CONCURRENCY: int(50, 1, 10_000),
+    CONFIG_FAILING_AFTER: duration('5d', 1000),
     SWEEP_INTERVAL: duration('30s', 100),
     INBOX_BOUND_PER_REGISTRATION: int(64, 1, 10_000_000),
     INBOX_BOUND_TOTAL: int(10000, 1, 100_000_000),

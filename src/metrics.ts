@@ -1,5 +1,6 @@
 import { Counter, Histogram, Registry, collectDefaultMetrics, type Metric } from 'prom-client';
 import { guardRefusals } from './outbound';
+import { slotWaits } from './db/slots';
 
 // Metrics are created unregistered and each process registers the ones it serves into its own registry.
 export const deliveriesTotal = new Counter({
@@ -19,6 +20,11 @@ export const eventWrites = new Counter({
   help: 'Task events written to the outbox',
   registers: [],
 });
+export const configsFailing = new Counter({
+  name: 'a2a_push_configs_stopped_failing_total',
+  help: 'Push configs stopped as failing: no 2xx for CONFIG_FAILING_AFTER',
+  registers: [],
+});
 export const inboxRequests = new Counter({
   name: 'a2a_push_inbox_requests_total',
   help: 'Inbox callbacks by answer status and reason',
@@ -32,7 +38,7 @@ export function createRegistry(kind: 'api' | 'inbox' | 'worker', extra: Metric[]
   collectDefaultMetrics({ register: registry });
   const own: Metric[] =
     kind === 'worker'
-      ? [deliveriesTotal, attemptDuration, guardRefusals]
+      ? [deliveriesTotal, attemptDuration, guardRefusals, configsFailing, slotWaits]
       : kind === 'api'
         ? [eventWrites, guardRefusals]
         : [inboxRequests];

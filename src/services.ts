@@ -17,7 +17,7 @@ import { connectTemporal } from './temporal';
 import { startRetentionTimer } from './retention';
 import {
   boundHeapGrowth,
-  createWorker,
+  Workers,
   installTemporalRuntime,
   startWorkerListener,
   type WorkflowSource,
@@ -187,7 +187,7 @@ export async function startWorker(
   boundHeapGrowth();
   const connection = await NativeConnection.connect({ address: s.TEMPORAL_ADDRESS });
   const httpClient = createHttp(rt);
-  const worker = await createWorker(rt, httpClient, {
+  const worker = await Workers.create(rt, httpClient, {
     connection,
     namespace: s.TEMPORAL_NAMESPACE,
     taskQueue: s.TASK_QUEUE,
@@ -200,7 +200,7 @@ export async function startWorker(
     url: `http://127.0.0.1:${s.WORKER_PORT}`,
     run,
     async stop() {
-      if (worker.getState() === 'RUNNING') worker.shutdown();
+      worker.shutdown();
       await run.catch(() => undefined);
       await closeServer(listener);
       await httpClient.close();

@@ -16,8 +16,10 @@ import {
 } from '../outbound';
 import type { Keyring } from '../sealing/keyring';
 import { unsealRow, type SecretRow } from '../sealing/secrets';
-import { attemptDuration, deliveriesTotal } from '../metrics';
+import { attemptDuration, configsFailing, deliveriesTotal } from '../metrics';
 import { USER_AGENT } from '../version';
+import { hostOf } from '../ids';
+import { targetOf, type CallHealth, type HostSlots } from '../db/slots';
 
 /** Workflow time and a sample of the workflow's deterministic random: every decision is in Temporal time. */
 export interface AttemptInput {
@@ -25,6 +27,8 @@ export interface AttemptInput {
   attempt: number;
   now: number;
   jitter: number;
+  /** The lane this call runs in (its task queue): absent is the fast lane. */
+  lane?: 'slow';
 }
 
 export interface AttemptOutput {
@@ -38,8 +42,12 @@ export interface AttemptOutput {
   outcome?: Classification['outcome'] | 'interrupted';
   reason?: string;
   httpStatus?: number;
-  /** Present when the job waits for another attempt. */
+  /** Present when the job waits for another attempt (or for a slot at its target). */
   waitMs?: number;
+  /** The job waits for a slot at this host (OUTBOUND_HOST_CONCURRENCY), not for a retry: no attempt used. */
+  waitingForSlot?: string;
+  /** The next call belongs in the slow lane: its target recently timed out, refused or was slow. */
+  lane?: 'slow';
 }
 
 export interface DeliveryDeps {
@@ -50,7 +58,16 @@ export interface DeliveryDeps {
   retry: RetrySettings;
   timeoutMs: number;
   logger: Logger;
+  /** The host slots (OUTBOUND_HOST_CONCURRENCY), shared by every worker through Postgres. */
+  slots: HostSlots;
+  /** Wakes delivery workflows (granted a slot, or their config stopped): best effort, the timers repair. */
+  wake: (jobIds: string[]) => Promise<void>;
+  /** CONFIG_FAILING_AFTER: a config without a 2xx for this long (workflow time) stops as `failing`. */
+  failingAfterMs: number;
 }
+
+/** How often a job waiting in line for a slot asks again when no grant woke it (a lost signal). */
+export const SLOT_RECHECK_MS = 5 * 60_000;
 
 /** Pushes read at most this much of the answer: its body is ignored. */
 export const PUSH_RESPONSE_CAP = 64 * 1024;
@@ -243,18 +260,95 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     });
   }
 
+  /** Wakes workflows; a lost wake is repaired by their own timers. */
+  function wakeLater(jobIds: string[]): void {
+    if (jobIds.length > 0) void deps.wake(jobIds).catch(() => undefined);
+  }
+
+  /** The job leaves its target's line or slot (if it had either): the freed room goes to the next waiter. */
+  async function leaveTarget(jobId: string, url: string, health: CallHealth = 'neutral'): Promise<void> {
+    let target: string;
+    try {
+      target = targetOf(url);
+    } catch {
+      return;
+    }
+    wakeLater(await deps.slots.release(target, jobId, health));
+  }
+
+  /**
+   * Config health (contract §10): a job of the config ended without a 2xx; when the config's last 2xx,
+   * or its first attempt if it never had one, is CONFIG_FAILING_AFTER or more before `now` (workflow
+   * time), the config stops as `failing` and its unfinished jobs are woken to end as a stopped config's do.
+   */
+  async function checkConfigHealth(ctx: Context, jobId: string, now: number): Promise<void> {
+    const stopped = await inTx(db, async (tx) => {
+      const r = await tx.query(
+        `WITH s AS (
+           SELECT max(a.started_at) FILTER (WHERE a.outcome = 'delivered') AS last_ok, min(a.started_at) AS first
+             FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id
+            WHERE j.config_row_id = $1)
+         UPDATE push_configs c SET status = 'stopped', status_reason = 'failing', status_changed_at = now()
+           FROM s
+          WHERE c.row_id = $1 AND c.status = 'active' AND c.deleted_at IS NULL
+            AND coalesce(s.last_ok, s.first) <= to_timestamp(($2::bigint - $3::bigint) / 1000.0)
+          RETURNING c.row_id`,
+        [ctx.config_row_id, now, deps.failingAfterMs],
+      );
+      if (!r.rowCount) return false;
+      await audit(tx, {
+        tenantId: ctx.tenant_id,
+        actor: 'system',
+        action: 'push_config.status_changed',
+        objectType: 'push_config',
+        objectId: `${ctx.task_id}/${ctx.config_id}`,
+        before: 'active',
+        after: 'stopped (failing)',
+      });
+      return true;
+    });
+    if (!stopped) return;
+    configsFailing.inc();
+    contextLogger(logger).warn(
+      { jobId, taskId: ctx.task_id, configId: ctx.config_id, failingAfterMs: deps.failingAfterMs },
+      'push config stopped: no 2xx for CONFIG_FAILING_AFTER',
+    );
+    const others = await db.query<{ id: string }>(
+      `SELECT id FROM delivery_jobs WHERE config_row_id = $1 AND id <> $2
+          AND status IN ('queued', 'in_flight', 'waiting_retry')`,
+      [ctx.config_row_id, jobId],
+    );
+    wakeLater(others.rows.map((o) => o.id));
+  }
+
+  /** Ended without a 2xx after at least one attempt: the statuses config health looks at. */
+  const endedUndelivered = (status: JobStatus, attempts: number) =>
+    ['failed', 'exhausted', 'expired'].includes(status) || (status === 'superseded' && attempts > 0);
+
   /**
    * One delivery attempt. Throws only when the service itself failed before a request went out
    * (Postgres, unsealing): Temporal retries that, and no attempt is used.
    */
   async function attemptDelivery(input: AttemptInput): Promise<AttemptOutput> {
-    return { ...(await attemptOnce(input)), maxAttempts: deps.retry.maxAttempts };
+    const ctx = await loadAttemptContext(input.jobId, input.attempt);
+    if (!ctx)
+      return {
+        status: 'cancelled',
+        attempts: 0,
+        reason: 'config_deleted',
+        maxAttempts: deps.retry.maxAttempts,
+      };
+    const out = await attemptOnce(input, ctx);
+    if (out.waitMs === undefined && isFinished(out.status) && out.status !== 'delivered') {
+      // Finished without a request in this call, or with one: nothing of it may keep a slot or a place.
+      if (out.outcome === undefined) await leaveTarget(input.jobId, ctx.url);
+      if (endedUndelivered(out.status, out.attempts)) await checkConfigHealth(ctx, input.jobId, input.now);
+    }
+    return { ...out, maxAttempts: deps.retry.maxAttempts };
   }
 
-  async function attemptOnce(input: AttemptInput): Promise<AttemptOutput> {
+  async function attemptOnce(input: AttemptInput, ctx: Context): Promise<AttemptOutput> {
     const n = input.attempt;
-    const ctx = await loadAttemptContext(input.jobId, n);
-    if (!ctx) return { status: 'cancelled', attempts: 0, reason: 'config_deleted' };
     if (isFinished(ctx.status))
       return {
         status: ctx.status,
@@ -273,8 +367,10 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
           ...(ctx.reason ? { reason: ctx.reason } : {}),
         };
       }
-      // A worker died during this attempt's request: it counts, and the next one follows after the usual wait.
+      // A worker died during this attempt's request: it counts, and the next one follows after the
+      // usual wait. Its slot (held by the dead worker's lease) goes back now.
       deliveriesTotal.inc({ outcome: 'interrupted' });
+      await leaveTarget(input.jobId, ctx.url);
       return recordOutcome(
         input,
         ctx,
@@ -300,6 +396,28 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     if (ctx.credential_id && !ctx.secret) throw new Error(`sealed secret ${ctx.credential_id} is missing`);
     const credential = ctx.secret ? unsealRow(deps.keyring, ctx.secret) : undefined;
 
+    // A slot at the target before anything is written: a call that finds it full uses no attempt.
+    let target: string | undefined;
+    if (verdict.ok) {
+      target = targetOf(ctx.url);
+      const inSlowLane = input.lane === 'slow';
+      const slot = await deps.slots.acquire(target, input.jobId, ctx.tenant_id, 'push', !inSlowLane);
+      wakeLater(slot.granted);
+      if (!slot.acquired) {
+        const base = {
+          status: ctx.status,
+          attempts: ctx.attempt_count,
+          ...(ctx.reason ? { reason: ctx.reason } : {}),
+          ...(slot.suspect ? { lane: 'slow' as const } : {}),
+        };
+        // Moved to the slow lane: ask again there at once (it takes no slot and no place here).
+        if (slot.suspect && !inSlowLane) return { ...base, waitMs: 0 };
+        // In line: a grant wakes the workflow; the recheck covers a lost wake; the deadline still ends it.
+        const untilDeadline = Math.max(0, ctx.deadline.getTime() - input.now) + 1_000;
+        return { ...base, waitMs: Math.min(SLOT_RECHECK_MS, untilDeadline), waitingForSlot: hostOf(ctx.url) };
+      }
+    }
+
     const started = await db.query(
       `WITH j AS (
          UPDATE delivery_jobs SET status = 'in_flight', attempt_count = $2, next_attempt_at = NULL
@@ -307,7 +425,10 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
        INSERT INTO delivery_attempts (job_id, n, started_at) SELECT id, $2, to_timestamp($3::bigint / 1000.0) FROM j`,
       [input.jobId, n, input.now],
     );
-    if (started.rowCount === 0) return currentStatus(input.jobId);
+    if (started.rowCount === 0) {
+      if (target) await leaveTarget(input.jobId, ctx.url);
+      return currentStatus(input.jobId);
+    }
 
     let result: AttemptResult;
     const t0 = performance.now();
@@ -315,45 +436,41 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       countRefusal(verdict.rule);
       result = { kind: 'guard_refused', rule: verdict.rule };
     } else {
-      try {
-        const headers: Record<string, string> = {
-          'content-type': 'application/a2a+json',
-          'a2a-version': '1.0',
-          'user-agent': USER_AGENT,
-          'x-a2a-push-delivery': input.jobId,
-        };
-        if (credential !== undefined) headers.authorization = `Bearer ${credential}`;
-        const res = await deps.http.request({
-          method: 'POST',
-          url: ctx.url,
-          headers,
-          body: ctx.body,
-          timeoutMs: deps.timeoutMs,
-          maxResponseBytes: PUSH_RESPONSE_CAP,
-        });
-        const ra = res.headers['retry-after'];
-        result = {
-          kind: 'response',
-          status: res.status,
-          ...(typeof ra === 'string' ? { retryAfter: ra } : {}),
-        };
-      } catch (err) {
-        if (!(err instanceof OutboundError)) throw err;
-        result =
-          err.code === 'guard_refused'
-            ? { kind: 'guard_refused', rule: err.rule! }
-            : { kind: 'error', code: err.code };
-      }
+      const headers: Record<string, string> = {
+        'content-type': 'application/a2a+json',
+        'a2a-version': '1.0',
+        'user-agent': USER_AGENT,
+        'x-a2a-push-delivery': input.jobId,
+      };
+      if (credential !== undefined) headers.authorization = `Bearer ${credential}`;
+      result = await deps.slots.holding(target!, input.jobId, () => post(ctx.url, headers, ctx.body));
     }
     const durationMs = Math.round(performance.now() - t0);
     const c = classifyAttempt(result, Date.now());
+    let health: CallHealth = 'neutral';
+    if (target) {
+      // A call that timed out, could not connect or took more than half its time marks its target
+      // for the slow lane; a 2xx clears the mark.
+      health =
+        result.kind === 'error' && ['timeout', 'connection', 'dns'].includes(result.code)
+          ? 'suspect'
+          : durationMs > deps.timeoutMs / 2
+            ? 'suspect'
+            : c.outcome === 'delivered'
+              ? 'healthy'
+              : 'neutral';
+      await leaveTarget(input.jobId, ctx.url, health).catch((err: unknown) =>
+        // The lease runs out by itself; the outcome must still be recorded.
+        contextLogger(logger).warn({ err: (err as Error).message }, 'releasing a host slot failed'),
+      );
+    }
     attemptDuration.observe(durationMs / 1000);
     deliveriesTotal.inc({ outcome: c.outcome });
     contextLogger(logger).info(
       { jobId: input.jobId, attempt: n, outcome: c.outcome, reason: c.reason, durationMs },
       'delivery attempt',
     );
-    return recordOutcome(
+    const out = await recordOutcome(
       input,
       ctx,
       {
@@ -364,6 +481,30 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       },
       durationMs,
     );
+    // The next attempt to a target that just timed out or refused runs in the slow lane.
+    if (health === 'suspect' && out.waitMs !== undefined) out.lane = 'slow';
+    return out;
+  }
+
+  /** The POST itself: an answer, or the transport error it ended with. */
+  async function post(url: string, headers: Record<string, string>, body: string): Promise<AttemptResult> {
+    try {
+      const res = await deps.http.request({
+        method: 'POST',
+        url,
+        headers,
+        body,
+        timeoutMs: deps.timeoutMs,
+        maxResponseBytes: PUSH_RESPONSE_CAP,
+      });
+      const ra = res.headers['retry-after'];
+      return { kind: 'response', status: res.status, ...(typeof ra === 'string' ? { retryAfter: ra } : {}) };
+    } catch (err) {
+      if (!(err instanceof OutboundError)) throw err;
+      return err.code === 'guard_refused'
+        ? { kind: 'guard_refused', rule: err.rule! }
+        : { kind: 'error', code: err.code };
+    }
   }
 
   return { attemptDelivery };

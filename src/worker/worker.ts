@@ -20,6 +20,9 @@ import { opsRoutes } from '../api/app';
 import { createRegistry } from '../metrics';
 import type { OutboundClient } from '../outbound';
 import { pgReachable } from '../db/pool';
+import { DEFAULT_SLOT_SETTINGS, HostSlots } from '../db/slots';
+import { wakeDeliveries } from '../temporal';
+import { Client } from '@temporalio/client';
 import type { Runtime } from '../runtime';
 
 let runtimeInstalled = false;
@@ -49,8 +52,12 @@ export function temporalLogForwarder(logger: Logger): DefaultLogger {
   });
 }
 
-export function activitiesFor(rt: Runtime, httpClient: OutboundClient) {
+/** The slow lane's task queue: attempts to targets that recently timed out, refused or were slow. */
+export const slowLaneOf = (taskQueue: string) => `${taskQueue}-slow`;
+
+export function activitiesFor(rt: Runtime, httpClient: OutboundClient, client: Client) {
   const s = requireSettings(rt.settings, ['PUBLIC_BASE_URL']);
+  const slots = new HostSlots(rt.db, { ...DEFAULT_SLOT_SETTINGS, capacity: s.OUTBOUND_HOST_CONCURRENCY });
   const registration = createRegistrationActivities({
     db: rt.db,
     keyring: rt.keyring,
@@ -74,6 +81,9 @@ export function activitiesFor(rt: Runtime, httpClient: OutboundClient) {
     },
     timeoutMs: s.DELIVERY_TIMEOUT,
     logger: rt.logger,
+    slots,
+    wake: (ids) => wakeDeliveries(client, ids),
+    failingAfterMs: s.CONFIG_FAILING_AFTER,
   });
   return { ...delivery, ...registration };
 }
@@ -167,33 +177,81 @@ export function boundHeapGrowth(percent = WORKER_HEAP_GROWING_PERCENT): void {
   v8.setFlagsFromString(`--heap-growing-percent=${percent}`);
 }
 
-export async function createWorker(
-  rt: Runtime,
-  httpClient: OutboundClient,
-  o: { connection: NativeConnection; namespace: string; taskQueue: string; source?: WorkflowSource },
-): Promise<Worker> {
-  return Worker.create({
-    connection: o.connection,
-    namespace: o.namespace,
-    taskQueue: o.taskQueue,
-    ...(o.source ?? defaultWorkflowSource()),
-    activities: activitiesFor(rt, httpClient),
-    interceptors: {
-      workflowModules: WORKFLOW_INTERCEPTOR_MODULES,
-      activity: activityInterceptors(rt.logger),
+/**
+ * A worker process's two Temporal workers: the main one (workflows and activities on TASK_QUEUE) and
+ * the slow lane (activities only, on its own queue with SLOW_LANE_CONCURRENCY slots), so attempts to
+ * targets that time out can never take the slots healthy targets need.
+ */
+export class Workers {
+  constructor(
+    readonly main: Worker,
+    readonly slow: Worker,
+  ) {}
+
+  static async create(
+    rt: Runtime,
+    httpClient: OutboundClient,
+    o: {
+      connection: NativeConnection;
+      namespace: string;
+      taskQueue: string;
+      source?: WorkflowSource;
+      /** Options of the main worker that differ (tests' in-process workers). */
+      main?: Partial<WorkerOptions>;
     },
-    maxConcurrentActivityTaskExecutions: 200,
-    // A backlog is thousands of deliveries asleep on timers: each cached run holds memory, and one that
-    // wakes after eviction replays its few events. 500 keeps the worker's memory bounded (bench 6).
-    maxCachedWorkflows: 500,
-    shutdownGraceTime: '20s',
-  });
+  ): Promise<Workers> {
+    const client = new Client({ connection: o.connection, namespace: o.namespace });
+    const activities = activitiesFor(rt, httpClient, client);
+    const interceptors = { activity: activityInterceptors(rt.logger) };
+    const main = await Worker.create({
+      connection: o.connection,
+      namespace: o.namespace,
+      taskQueue: o.taskQueue,
+      ...(o.source ?? defaultWorkflowSource()),
+      activities,
+      interceptors: { ...interceptors, workflowModules: WORKFLOW_INTERCEPTOR_MODULES },
+      maxConcurrentActivityTaskExecutions: 200,
+      // A backlog is thousands of deliveries asleep on timers: each cached run holds memory, and one that
+      // wakes after eviction replays its few events. 500 keeps the worker's memory bounded (bench 6).
+      maxCachedWorkflows: 500,
+      shutdownGraceTime: '20s',
+      ...o.main,
+    });
+    const slow = await Worker.create({
+      connection: o.connection,
+      namespace: o.namespace,
+      taskQueue: slowLaneOf(o.taskQueue),
+      activities,
+      interceptors,
+      maxConcurrentActivityTaskExecutions: rt.settings.SLOW_LANE_CONCURRENCY,
+      shutdownGraceTime: '20s',
+    });
+    return new Workers(main, slow);
+  }
+
+  /** Runs both until both stop (a failure of either stops the other). */
+  run(): Promise<void> {
+    const runs = [this.main.run(), this.slow.run()];
+    for (const r of runs) r.catch(() => this.shutdown());
+    return Promise.all(runs).then(() => undefined);
+  }
+
+  shutdown(): void {
+    for (const w of [this.main, this.slow]) if (w.getState() === 'RUNNING') w.shutdown();
+  }
+
+  getState() {
+    const states = [this.main.getState(), this.slow.getState()];
+    return states.every((x) => x === 'RUNNING')
+      ? 'RUNNING'
+      : (states.find((x) => x !== 'RUNNING') ?? 'STOPPED');
+  }
 }
 
 /** The worker's own small listener: health, readiness and metrics on WORKER_PORT. */
 export function startWorkerListener(
   rt: Runtime,
-  worker: () => Worker | undefined,
+  worker: () => Pick<Workers, 'getState'> | undefined,
   port: number,
 ): http.Server {
   const registry = createRegistry('worker');

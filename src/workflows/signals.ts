@@ -1,6 +1,9 @@
 import { defineQuery, defineSignal } from '@temporalio/workflow';
 
-/** Wakes a delivery that waits for its next attempt (its config was deleted, or its job superseded). */
+/**
+ * Wakes a delivery that waits for its next attempt (its config was deleted or stopped, its job
+ * superseded) or for a slot at its target (a slot was granted to it).
+ */
 export const wakeSignal = defineSignal('wake');
 
 export interface DeliveryState {
@@ -8,6 +11,9 @@ export interface DeliveryState {
   attempts: number;
   reason?: string;
   nextAttemptInMs?: number;
+  /** In line for a slot at this host (OUTBOUND_HOST_CONCURRENCY). */
+  waitingForSlot?: string;
+  lane?: 'slow';
 }
 export const deliveryStatusQuery = defineQuery<DeliveryState>('status');
 

@@ -9,7 +9,6 @@ import {
   makeTelemetryFilterString,
   NativeConnection,
   Runtime as TemporalRuntime,
-  Worker,
 } from '@temporalio/worker';
 import { createApiApp } from '../../src/api/app';
 import type { ApiDeps } from '../../src/api/context';
@@ -23,7 +22,7 @@ import { createRegistry } from '../../src/metrics';
 import { compilePolicy, createOutboundClient, type OutboundClient, type Resolver } from '../../src/outbound';
 import type { Runtime } from '../../src/runtime';
 import { Keyring } from '../../src/sealing/keyring';
-import { activitiesFor, activityInterceptors, temporalLogForwarder } from '../../src/worker/worker';
+import { activityInterceptors, temporalLogForwarder, Workers } from '../../src/worker/worker';
 import { requestIdClientInterceptor } from '../../src/request-context';
 import { SEARCH_ATTRIBUTES } from '../../src/workflows/search-attributes';
 import pino from 'pino';
@@ -82,7 +81,7 @@ export interface Stack {
   inboxUrl: string;
   apiKey: string;
   dispatcher: Dispatcher;
-  worker: Worker;
+  worker: Workers;
   http: OutboundClient;
   /** fetch against the API with the key. */
   api(path: string, init?: RequestInit & { json?: unknown }): Promise<Response>;
@@ -125,13 +124,13 @@ export async function startStack(
     ca: tls.caPem,
     ...(o.resolver ? { resolver: o.resolver } : {}),
   });
-  const worker = await Worker.create({
+  // The service's own pair of workers (main and slow lane), with the tests' prebuilt workflow bundle.
+  const worker = await Workers.create(rt, httpClient, {
     connection: temporal.nativeConnection,
     namespace: temporal.namespace ?? 'default',
     taskQueue,
-    workflowBundle: { codePath: process.env.TEST_WORKFLOW_BUNDLE! },
-    activities: activitiesFor(rt, httpClient),
-    interceptors: { activity: activityInterceptors(logger) },
+    source: { workflowBundle: { codePath: process.env.TEST_WORKFLOW_BUNDLE! } },
+    main: { interceptors: { activity: activityInterceptors(logger) } },
   });
   const running = worker.run();
 

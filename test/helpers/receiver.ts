@@ -28,6 +28,8 @@ export type ScriptedAnswer =
       body?: string;
       /** wait before answering */
       delayMs?: number;
+      /** answer once this settles (the test holds the request on the wire until it says so) */
+      gate?: Promise<unknown>;
       /** send the headers and `body`, then never finish the response */
       stall?: boolean;
     }
@@ -110,6 +112,7 @@ export async function startReceiver(
         timers.add(t);
       });
     }
+    if (a.gate) await a.gate.catch(() => undefined);
     if (res.destroyed) return;
     res.writeHead(a.status, a.headers);
     if (a.stall) {

@@ -2,6 +2,7 @@ import pino from 'pino';
 import { createDeliveryActivities } from '../../src/activities/delivery';
 import { createApiKey } from '../../src/db/apikeys';
 import { inTx } from '../../src/db/pool';
+import { DEFAULT_SLOT_SETTINGS, HostSlots } from '../../src/db/slots';
 import { writeEvent } from '../../src/db/outbox';
 import { compilePolicy, createOutboundClient } from '../../src/outbound';
 import { Keyring } from '../../src/sealing/keyring';
@@ -37,6 +38,9 @@ it('a started attempt found on retry is marked interrupted, counts, and the next
     retry,
     timeoutMs: 2_000,
     logger: pino({ level: 'silent' }),
+    slots: new HostSlots(tdb.db, { ...DEFAULT_SLOT_SETTINGS, capacity: 8 }),
+    wake: async () => undefined,
+    failingAfterMs: 5 * 86_400_000,
   });
   await tdb.db.query(`INSERT INTO push_configs (tenant_id, task_id, id, url) VALUES ('t', 'task', 'c', $1)`, [
     receiver.url,

@@ -1,0 +1,118 @@
+import { Counter } from 'prom-client';
+import type { Db, Tx } from './pool';
+
+/**
+ * Host isolation (contract §10): at most `capacity` calls to one target on the wire at once, across
+ * every worker (the slots are rows in Postgres, migration 009). A call that finds its target full
+ * waits in line without holding a worker slot; a released slot is granted to the next waiter, round
+ * robin by tenant, and the caller wakes the waiters it was granted to.
+ */
+export interface SlotSettings {
+  /** OUTBOUND_HOST_CONCURRENCY */
+  capacity: number;
+  /** A slot's lease: renewed while its call runs; what a killed worker's slot is held at most. */
+  leaseMs: number;
+  /** How long a place in line is kept without its waiter coming back. */
+  waitMs: number;
+  /** How long a target that timed out, refused or was slow stays in the slow lane. */
+  suspectMs: number;
+}
+
+export const DEFAULT_SLOT_SETTINGS: Omit<SlotSettings, 'capacity'> = {
+  // The delivery activity's heartbeat timeout: a killed worker's slot comes back no later than that.
+  leaseMs: 20_000,
+  waitMs: 15 * 60_000,
+  suspectMs: 10 * 60_000,
+};
+
+/** Target of a URL: host name or literal address, plus port (443 when absent). Never path or query. */
+export function targetOf(url: string): string {
+  const u = new URL(url);
+  return `${u.hostname}:${u.port || (u.protocol === 'http:' ? '80' : '443')}`;
+}
+
+export const slotWaits = new Counter({
+  name: 'a2a_push_host_slot_waits_total',
+  help: 'Calls that found their target at OUTBOUND_HOST_CONCURRENCY and waited in line (no host label: unbounded)',
+  labelNames: ['kind'] as const,
+  registers: [],
+});
+
+export interface Acquired {
+  acquired: boolean;
+  /** The target is in the slow lane (it recently timed out, refused or was slow). */
+  suspect: boolean;
+  /** Other waiters granted a free slot meanwhile: wake them. */
+  granted: string[];
+}
+
+/** 'healthy' (a 2xx) clears the slow-lane mark; 'suspect' sets it; 'neutral' leaves it. */
+export type CallHealth = 'healthy' | 'suspect' | 'neutral';
+
+export class HostSlots {
+  constructor(
+    private readonly db: Db,
+    readonly settings: SlotSettings,
+  ) {}
+
+  /**
+   * Takes a slot, or a place in line. `refuseSuspect` (a call in the fast lane): a target in the slow
+   * lane gives no slot and no place (`suspect` says to move).
+   */
+  async acquire(
+    target: string,
+    holder: string,
+    tenantId: string,
+    kind: 'push' | 'agent',
+    refuseSuspect = false,
+  ): Promise<Acquired> {
+    const r = await this.db.query<{ o_acquired: boolean; o_suspect: boolean; o_granted: string[] }>(
+      'SELECT * FROM outbound_acquire($1, $2, $3, $4, $5, $6, $7)',
+      [
+        target,
+        holder,
+        tenantId,
+        this.settings.capacity,
+        this.settings.leaseMs,
+        this.settings.waitMs,
+        refuseSuspect,
+      ],
+    );
+    const row = r.rows[0]!;
+    if (!row.o_acquired && !(row.o_suspect && refuseSuspect)) slotWaits.inc({ kind });
+    return { acquired: row.o_acquired, suspect: row.o_suspect, granted: row.o_granted };
+  }
+
+  /** Gives the slot (or the place in line) back; answers the holders granted the freed room. */
+  async release(
+    target: string,
+    holder: string,
+    health: CallHealth,
+    tx: Db | Tx = this.db,
+  ): Promise<string[]> {
+    const r = await tx.query<{ outbound_release: string }>(
+      'SELECT outbound_release($1, $2, $3, $4, $5, $6)',
+      [target, holder, this.settings.capacity, this.settings.leaseMs, health, this.settings.suspectMs],
+    );
+    return r.rows.map((x) => x.outbound_release);
+  }
+
+  /** Keeps a long call's lease alive: every third of the lease, while `fn` runs. */
+  async holding<T>(target: string, holder: string, fn: () => Promise<T>): Promise<T> {
+    const every = Math.max(1000, Math.floor(this.settings.leaseMs / 3));
+    const timer = setInterval(() => {
+      this.db
+        .query(
+          `UPDATE outbound_slots SET expires_at = now() + make_interval(secs => $3::double precision / 1000)
+            WHERE target = $1 AND holder = $2`,
+          [target, holder, this.settings.leaseMs],
+        )
+        .catch(() => undefined);
+    }, every);
+    try {
+      return await fn();
+    } finally {
+      clearInterval(timer);
+    }
+  }
+}

@@ -1,0 +1,162 @@
+import crypto from 'node:crypto';
+import { makeDeliveryWorkflowId } from '../../src/ids';
+import { deliveryStatusQuery } from '../../src/workflows/signals';
+import {
+  connectDevServer,
+  createConfig,
+  eventually,
+  jobRow,
+  json,
+  startStack,
+  writeEvent,
+  type Stack,
+} from '../helpers/harness';
+import { startReceiver, type Receiver } from '../helpers/receiver';
+
+jest.setTimeout(90_000);
+
+// Host isolation (contract §10) with a bound of 2 calls per target, on the dev server: calls beyond
+// the bound wait in line in their workflows (no attempt, no worker slot) and start when a slot frees.
+let temporal: Awaited<ReturnType<typeof connectDevServer>>;
+let stack: Stack;
+let held: Receiver;
+let healthy: Receiver;
+let release: () => void = () => undefined;
+const queue = `isolation-it-${crypto.randomBytes(4).toString('hex')}`;
+
+/** Holds every request on the wire until the test releases them (a target at its bound). */
+function holdRequests(): void {
+  const gate = new Promise<void>((r) => (release = r));
+  held.setScript(() => ({ status: 200, gate }));
+}
+
+beforeAll(async () => {
+  temporal = await connectDevServer();
+  held = await startReceiver();
+  healthy = await startReceiver();
+  stack = await startStack(temporal, queue, {
+    env: {
+      OUTBOUND_HOST_CONCURRENCY: '2',
+      OUTBOX_BOUND_PER_CONFIG: '1',
+      RETRY_INITIAL: '1s',
+      RETRY_MAX: '2s',
+    },
+  });
+});
+afterAll(async () => {
+  release();
+  await stack?.close();
+  await held?.close();
+  await healthy?.close();
+  await temporal?.close();
+});
+
+const waiters = async () =>
+  (
+    await stack.tdb.db.query<{ holder: string }>(
+      'SELECT holder FROM outbound_waiters WHERE target = $1 ORDER BY seq',
+      [`127.0.0.1:${held.port}`],
+    )
+  ).rows.map((r) => r.holder);
+
+const attemptCount = async (jobId: string) =>
+  Number(
+    (await stack.tdb.db.query('SELECT count(*) AS n FROM delivery_attempts WHERE job_id = $1', [jobId]))
+      .rows[0].n,
+  );
+
+async function eventTo(taskId: string, configId: string, url: string): Promise<string> {
+  await createConfig(stack, taskId, { id: configId, url });
+  return (
+    await writeEvent(stack, taskId, { statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' } } })
+  ).deliveries[0]!.id;
+}
+
+describe('host isolation (bound 2, dev server)', () => {
+  it('calls past the bound wait in line with no attempt used, a healthy target is served meanwhile, and a freed slot starts the next at once', async () => {
+    holdRequests();
+    const before = held.requests.length;
+    const jobs: string[] = [];
+    for (let i = 0; i < 4; i++) jobs.push(await eventTo(`iso-a-${i}`, 'c', held.url));
+    await held.waitFor(before + 2, 20_000);
+    const inLine = await eventually(waiters, (w) => w.length === 2);
+    // The two on the wire are the bound; the other two are in line, in the order they came.
+    const onWire = held.requests.slice(before).map((r) => r.headers['x-a2a-push-delivery'] as string);
+    expect(onWire).toHaveLength(2);
+    expect(new Set([...onWire, ...inLine])).toEqual(new Set(jobs));
+    for (const id of inLine) {
+      expect(await jobRow(stack, id)).toMatchObject({ status: 'queued', attempt_count: 0 });
+      expect(await attemptCount(id)).toBe(0);
+    }
+    // What an operator sees of a waiter: the status query (the Web UI's details say the same).
+    const st = await temporal.client.workflow
+      .getHandle(makeDeliveryWorkflowId(inLine[0]!))
+      .query(deliveryStatusQuery);
+    expect(st).toMatchObject({ status: 'queued', attempts: 0, waitingForSlot: `127.0.0.1:${held.port}` });
+
+    // Another target is not held back by the full one.
+    const h = await eventTo('iso-healthy', 'c', healthy.url);
+    await eventually(
+      () => jobRow(stack, h),
+      (j) => j.status === 'delivered',
+    );
+    expect(held.requests.length - before).toBe(2);
+
+    // Free the slots: the waiters are granted them and start, each with its first attempt.
+    release();
+    for (const id of jobs)
+      await eventually(
+        () => jobRow(stack, id),
+        (j) => j.status === 'delivered',
+        30_000,
+      );
+    for (const id of jobs) expect(await attemptCount(id)).toBe(1);
+    expect(held.requests.length - before).toBe(4);
+    expect(await waiters()).toEqual([]);
+    const slots = await stack.tdb.db.query('SELECT count(*) AS n FROM outbound_slots');
+    expect(Number(slots.rows[0].n)).toBe(0);
+  });
+
+  it('a waiter whose config is deleted ends cancelled, and one that is superseded ends superseded, both without an attempt', async () => {
+    holdRequests();
+    const before = held.requests.length;
+    const blockers = [await eventTo('iso-b-0', 'c', held.url), await eventTo('iso-b-1', 'c', held.url)];
+    await held.waitFor(before + 2, 20_000);
+    const doomed = await eventTo('iso-b-del', 'c', held.url);
+    const replaced = await eventTo('iso-b-sup', 'c', held.url);
+    await eventually(waiters, (w) => w.length === 2);
+
+    const del = await stack.api('/v1/tasks/iso-b-del/pushNotificationConfigs/c', { method: 'DELETE' });
+    expect(del.status).toBe(204);
+    // A newer event on the same config (bound 1) supersedes the waiting job; the new one takes its place in line.
+    const newer = (
+      await writeEvent(stack, 'iso-b-sup', {
+        statusUpdate: { taskId: 'iso-b-sup', status: { state: 'TASK_STATE_COMPLETED' } },
+      })
+    ).deliveries[0]!.id;
+    const cancelled = await eventually(
+      () => json(stack.api(`/v1/deliveries/${doomed}`)),
+      (d) => d.status === 'cancelled',
+    );
+    expect(cancelled).toMatchObject({ reason: 'config_deleted', attempts: [] });
+    const superseded = await eventually(
+      () => json(stack.api(`/v1/deliveries/${replaced}`)),
+      (d) => d.status === 'superseded',
+    );
+    expect(superseded.attempts).toEqual([]);
+    expect(await eventually(waiters, (w) => w.length === 1)).toEqual([newer]);
+
+    release();
+    for (const id of [...blockers, newer])
+      await eventually(
+        () => jobRow(stack, id),
+        (j) => j.status === 'delivered',
+        30_000,
+      );
+    // Nothing of the deleted or superseded job reached the target.
+    const seen = held.requests.slice(before).map((r) => r.headers['x-a2a-push-delivery']);
+    expect(seen).not.toContain(doomed);
+    expect(seen).not.toContain(replaced);
+    expect(seen).toHaveLength(3);
+  });
+});

@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { z } from 'zod';
 import { Problem, validationProblem, type FieldError } from './problem';
@@ -14,14 +15,54 @@ export function isJsonMediaType(contentType: string | undefined): boolean {
   return JSON_TYPES.has(contentType.split(';')[0]!.trim().toLowerCase());
 }
 
+/** The Encoding Standard's labels for UTF-8 that clients send in practice. */
+const UTF8_LABELS = new Set(['utf-8', 'utf8']);
+/** One media-type parameter (RFC 9110 §5.6.6): a token name and a token or quoted-string value. */
+const PARAMETER = /;\s*([!#$%&'*+.^_`|~0-9A-Za-z-]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;]*)/g;
+
+/** The `charset` parameters of a Content-Type, unquoted (usually none or one). */
+export function charsetsOf(contentType: string): string[] {
+  const found: string[] = [];
+  for (const [, name, value] of contentType.matchAll(PARAMETER))
+    if (name!.toLowerCase() === 'charset')
+      found.push(value!.startsWith('"') ? value!.slice(1, -1).replace(/\\(.)/g, '$1') : value!.trim());
+  return found;
+}
+
+/**
+ * Why a JSON body's `charset` parameter is refused with 415, or undefined when there is none or it names
+ * UTF-8: JSON is UTF-8 (RFC 8259 §8.1), so no other charset is decoded.
+ */
+export function charsetRefusal(contentType: string | undefined): string | undefined {
+  const other = charsetsOf(contentType ?? '').find((c) => !UTF8_LABELS.has(c.toLowerCase()));
+  return other === undefined
+    ? undefined
+    : `the body must be UTF-8; charset ${JSON.stringify(other.slice(0, 64))} is not supported`;
+}
+
 export const hasBody = (req: Request) => Buffer.isBuffer(req.body) && req.body.length > 0;
 
-/** The JSON text of the body: 415 unless a JSON media type, 400 unless it parses. */
+/**
+ * The body as text, or undefined when its bytes are not UTF-8 (then `notUtf8Problem`). A lossy decode
+ * would turn them into U+FFFD and store, and push, bytes the client never sent. A BOM is kept as
+ * U+FEFF, which JSON.parse refuses, as before.
+ */
+export const utf8Text = (body: Buffer): string | undefined =>
+  isUtf8(body) ? body.toString('utf8') : undefined;
+
+/** The 400 for a body that is not UTF-8: a validation problem whose error names the whole body (path ''). */
+export const notUtf8Problem = () => validationProblem([{ path: '', message: 'the body is not valid UTF-8' }]);
+
+/** The JSON text of the body: 415 unless a JSON media type in UTF-8, 400 unless UTF-8 that parses. */
 export function jsonText(req: Request): { text: string; value: unknown } | undefined {
   if (!hasBody(req)) return undefined;
-  if (!isJsonMediaType(req.headers['content-type']))
+  const contentType = req.headers['content-type'];
+  if (!isJsonMediaType(contentType))
     throw new Problem('unsupported_media_type', 'the body must be application/json or application/a2a+json');
-  const text = (req.body as Buffer).toString('utf8');
+  const charset = charsetRefusal(contentType);
+  if (charset) throw new Problem('unsupported_media_type', charset);
+  const text = utf8Text(req.body as Buffer);
+  if (text === undefined) throw notUtf8Problem();
   try {
     return { text, value: JSON.parse(text) };
   } catch (err) {

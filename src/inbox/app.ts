@@ -6,7 +6,7 @@ import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
 import { errorHandler, opsRoutes, requestLogger, type Probe } from '../api/app';
-import { isJsonMediaType, rawBody } from '../api/body';
+import { charsetRefusal, isJsonMediaType, notUtf8Problem, rawBody, utf8Text } from '../api/body';
 import { Problem, sendProblem } from '../api/problem';
 import type { Settings } from '../config';
 import type { Db } from '../db/pool';
@@ -128,6 +128,13 @@ export class SignalCoalescer<T extends { id: string }> {
   }
 }
 
+/**
+ * A string Postgres text can hold: each lone surrogate (valid JSON as an escape, `\ud800`, but no
+ * character) becomes U+FFFD. Said here rather than left to the driver's encoder, which does the same
+ * silently. Only the recorded task id needs it: the body is stored as received, escape included.
+ */
+const wellFormed = (s: string) => s.replace(/\p{Cs}/gu, '\uFFFD');
+
 /** A late callback (resolved, failed or deleted registration) is answered 200 and only counted. */
 const countLate = (db: Pick<Db, 'query'>, id: string) =>
   db.query(
@@ -224,7 +231,8 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
 
   app.post('/a2a/push/:registrationId', authenticate, rawBody, (req, res, next) => {
     const body = req.body as Buffer;
-    if (!Buffer.isBuffer(body) || body.length === 0 || !isJsonMediaType(req.headers['content-type']))
+    const contentType = req.headers['content-type'];
+    if (!Buffer.isBuffer(body) || body.length === 0 || !isJsonMediaType(contentType))
       return answer(
         res,
         new Problem(
@@ -233,8 +241,12 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
         ),
         'media_type',
       );
+    const charset = charsetRefusal(contentType);
+    if (charset) return answer(res, new Problem('unsupported_media_type', charset), 'media_type');
+    // Bytes that are not UTF-8 are refused, never stored as U+FFFD (the body is kept byte for byte).
+    const text = utf8Text(body);
+    if (text === undefined) return answer(res, notUtf8Problem(), 'invalid');
     let value: unknown;
-    const text = body.toString('utf8');
     try {
       value = JSON.parse(text);
     } catch {
@@ -278,7 +290,7 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
         target = await storer.submit({
           registrationId: id,
           hash: credential.hash,
-          taskId: v.taskId ?? null,
+          taskId: v.taskId === undefined ? null : wellFormed(v.taskId),
           kind: v.kind,
           body: text,
         });

@@ -109,6 +109,143 @@ describe('authentication and the order of checks', () => {
   });
 });
 
+describe('bodies must be UTF-8 (JSON is UTF-8, RFC 8259 §8.1)', () => {
+  /** A JSON text with raw bytes spliced in: `{"streamResponse":{"statusUpdate":{"taskId":T,"status":{"state":"<bytes>"}}}}`. */
+  const eventWith = (taskId: string, bytes: Buffer) =>
+    Buffer.concat([
+      Buffer.from(`{"streamResponse":{"statusUpdate":{"taskId":"${taskId}","status":{"state":"`),
+      bytes,
+      Buffer.from('"}}}}'),
+    ]);
+  const NOT_UTF8 = [
+    ['C3 28 (a lead byte without its continuation)', 'c328'],
+    ['FF FE (bytes that never occur in UTF-8)', 'fffe'],
+    ['ED A0 80 (an encoded surrogate, CESU-8)', 'eda080'],
+    ['C0 80 (an overlong NUL)', 'c080'],
+    ['F4 90 80 80 (past U+10FFFF)', 'f4908080'],
+  ] as const;
+
+  it.each(NOT_UTF8)(
+    'an event write with %s is 400 naming the body; no event, no job, no idempotency key',
+    async (_name, hex) => {
+      await createConfig(stack, 'task-u8', { id: `c-${hex}`, url: RECEIVER });
+      const [events, jobs] = [await count('task_events'), await count('delivery_jobs')];
+      const key = crypto.randomUUID();
+      const body = await problem(
+        await stack.api('/v1/tasks/task-u8/events', {
+          method: 'POST',
+          body: eventWith('task-u8', Buffer.from(hex, 'hex')),
+          headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        }),
+        400,
+        'validation',
+      );
+      expect(body.errors).toEqual([{ path: '', message: 'the body is not valid UTF-8' }]);
+      expect(body.detail).toBe('the body is not valid UTF-8');
+      expect([await count('task_events'), await count('delivery_jobs')]).toEqual([events, jobs]);
+      expect(await count(`idempotency_keys WHERE key = '${key}'`)).toBe(0);
+    },
+  );
+
+  it('a push config whose token is not UTF-8 is 400 and not stored; the same text in UTF-8 is stored as sent', async () => {
+    const before = await count('push_configs');
+    const withToken = (token: Buffer) =>
+      stack.api('/v1/tasks/task-u8c/pushNotificationConfigs', {
+        method: 'POST',
+        body: Buffer.concat([Buffer.from(`{"url":"${RECEIVER}","token":"`), token, Buffer.from('"}')]),
+        headers: { 'content-type': 'application/json' },
+      });
+    // "é" in Latin-1 is the single byte E9: not UTF-8.
+    const latin1 = await problem(await withToken(Buffer.from('caf\xe9', 'latin1')), 400, 'validation');
+    expect(latin1.errors).toEqual([{ path: '', message: 'the body is not valid UTF-8' }]);
+    expect(await count('push_configs')).toBe(before);
+    const ok = await withToken(Buffer.from('café 🙂', 'utf8'));
+    expect(ok.status).toBe(201);
+    expect(((await ok.json()) as { token: string }).token).toBe('café 🙂');
+  });
+
+  it('a charset other than UTF-8 is 415, nothing written; utf-8 in any spelling is taken', async () => {
+    const before = await count('task_events');
+    const ascii = eventWith('task-cs', Buffer.from('TASK_STATE_WORKING'));
+    for (const ct of [
+      'application/json; charset=latin1',
+      'application/json; charset=ISO-8859-1',
+      'application/a2a+json;charset="utf-16"',
+      'application/json; charset=us-ascii',
+      'application/json; charset=',
+      'application/json; charset=utf-8; charset=latin1',
+    ]) {
+      const p = await problem(
+        await stack.api('/v1/tasks/task-cs/events', {
+          method: 'POST',
+          body: ascii,
+          headers: { 'content-type': ct },
+        }),
+        415,
+        'unsupported_media_type',
+      );
+      expect(p.detail).toMatch(/^the body must be UTF-8; charset ".*" is not supported$/);
+    }
+    expect(await count('task_events')).toBe(before);
+    for (const ct of [
+      'application/json; charset=utf-8',
+      'application/json;charset=UTF-8',
+      'application/a2a+json; charset="utf-8"',
+      'application/json; charset=utf8',
+      'application/json; version=1.0; charset=Utf-8',
+    ]) {
+      const res = await stack.api('/v1/tasks/task-cs/events', {
+        method: 'POST',
+        body: ascii,
+        headers: { 'content-type': ct },
+      });
+      expect([ct, res.status]).toEqual([ct, 202]);
+    }
+    expect(await count('task_events')).toBe(before + 5);
+  });
+
+  it('the order holds: 413 before a bad charset, a bad charset (415) before bytes that are not UTF-8 (400)', async () => {
+    const big = Buffer.alloc(1024 * 1024 + 1, 0xff);
+    await problem(
+      await stack.api('/v1/tasks/task-cs/events', {
+        method: 'POST',
+        body: big,
+        headers: { 'content-type': 'application/json; charset=latin1' },
+      }),
+      413,
+      'payload_too_large',
+    );
+    const bad = eventWith('task-cs', Buffer.from('fffe', 'hex'));
+    await problem(
+      await stack.api('/v1/tasks/task-cs/events', {
+        method: 'POST',
+        body: bad,
+        headers: { 'content-type': 'application/json; charset=latin1' },
+      }),
+      415,
+      'unsupported_media_type',
+    );
+    await problem(
+      await stack.api('/v1/tasks/task-cs/events', {
+        method: 'POST',
+        body: bad,
+        headers: { 'content-type': 'text/plain' },
+      }),
+      415,
+      'unsupported_media_type',
+    );
+    await problem(
+      await stack.api('/v1/tasks/task-cs/events', {
+        method: 'POST',
+        body: bad,
+        headers: { 'content-type': 'application/json' },
+      }),
+      400,
+      'validation',
+    );
+  });
+});
+
 describe('push configs', () => {
   it('201 with the stored config: generated id, masked credential, token as given, Bearer normalised', async () => {
     const c = await createConfig(stack, 'task-1', {

@@ -402,6 +402,96 @@ describe('inbox checks after authentication', () => {
   });
 });
 
+describe('callback bodies must be UTF-8', () => {
+  const send = (url: string, body: Buffer, headers: Record<string, string>) =>
+    undiciFetch(url, {
+      method: 'POST',
+      dispatcher: tlsAgent,
+      headers: { 'content-type': 'application/json', ...headers },
+      body,
+    });
+  /** `{"statusUpdate":{"taskId":"<bytes>","status":{"state":"TASK_STATE_WORKING"}}}` with raw bytes spliced in. */
+  const withTaskId = (bytes: Buffer) =>
+    Buffer.concat([
+      Buffer.from('{"statusUpdate":{"taskId":"'),
+      bytes,
+      Buffer.from('","status":{"state":"TASK_STATE_WORKING"}}}'),
+    ]);
+
+  it('a task id of bytes that are not UTF-8 (C3 28, FF FE, ED A0 80, C0 80) is 400 naming the body; nothing stored or counted', async () => {
+    await stack.tdb.db.query('UPDATE inbox_callbacks SET processed_at = now()');
+    const a = await embedded();
+    const auth = { authorization: `Bearer ${a.credential}` };
+    for (const hex of ['c328', 'fffe', 'eda080', 'c080']) {
+      const res = await send(a.url, withTaskId(Buffer.from(hex, 'hex')), auth);
+      expect([hex, res.status]).toEqual([hex, 400]);
+      expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      expect(await res.json()).toMatchObject({
+        type: 'urn:a2a-push:problem:validation',
+        detail: 'the body is not valid UTF-8',
+        errors: [{ path: '', message: 'the body is not valid UTF-8' }],
+      });
+    }
+    // The credential is still checked first, before any of the body is read.
+    const wrong = await send(a.url, withTaskId(Buffer.from('c328', 'hex')), { authorization: 'Bearer nope' });
+    expect(wrong.status).toBe(401);
+    expect(await rows(a.id)).toBe(0);
+    const reg = await json(stack.api(`/v1/registrations/${a.id}`));
+    expect(reg.callbacks).toEqual({ received: 0, pending: 0, late: 0 });
+  });
+
+  it('a charset other than UTF-8 is 415 (before the bytes are looked at), nothing stored; utf-8 in any spelling is taken', async () => {
+    await stack.tdb.db.query('UPDATE inbox_callbacks SET processed_at = now()');
+    const a = await embedded();
+    const auth = { authorization: `Bearer ${a.credential}` };
+    for (const [ct, bytes] of [
+      ['application/json; charset=latin1', 'r'],
+      ['application/a2a+json; charset="ISO-8859-1"', 'r'],
+      ['application/json; charset=latin1', '\xff'],
+    ] as const) {
+      const res = await send(a.url, withTaskId(Buffer.from(bytes, 'latin1')), {
+        ...auth,
+        'content-type': ct,
+      });
+      expect([ct, res.status]).toEqual([ct, 415]);
+      expect(await res.json()).toMatchObject({
+        type: 'urn:a2a-push:problem:unsupported_media_type',
+        detail: expect.stringMatching(
+          /^the body must be UTF-8; charset "(latin1|ISO-8859-1)" is not supported$/,
+        ),
+      });
+    }
+    expect(await rows(a.id)).toBe(0);
+    for (const ct of ['application/json; charset=UTF-8', 'application/a2a+json;charset="utf-8"']) {
+      const res = await send(a.url, withTaskId(Buffer.from('r')), { ...auth, 'content-type': ct });
+      expect([ct, res.status]).toEqual([ct, 200]);
+    }
+    expect(await rows(a.id)).toBe(2);
+  });
+
+  it('escaped lone surrogates are valid JSON: 200, the body is stored byte for byte, the task id records U+FFFD for each', async () => {
+    await stack.tdb.db.query('UPDATE inbox_callbacks SET processed_at = now()');
+    const a = await embedded();
+    const auth = { authorization: `Bearer ${a.credential}` };
+    const sent = {
+      lone: Buffer.from(
+        '{"statusUpdate":{"taskId":"r\\ud800x\\udc00","status":{"state":"TASK_STATE_WORKING"},"note":"é🙂\\udfff"}}',
+        'utf8',
+      ),
+      paired: Buffer.from('{"statusUpdate":{"taskId":"r\\ud83d\\ude00","status":{"state":"x"}}}', 'utf8'),
+    };
+    for (const body of [sent.lone, sent.paired]) expect((await send(a.url, body, auth)).status).toBe(200);
+    const stored = await stack.tdb.db.query<{ body_task_id: string; body: string; bytes: Buffer }>(
+      `SELECT body_task_id, body, convert_to(body, 'UTF8') AS bytes FROM inbox_callbacks
+        WHERE registration_id = $1 ORDER BY id`,
+      [a.id],
+    );
+    expect(stored.rows.map((r) => r.body_task_id)).toEqual(['r\uFFFDx\uFFFD', 'r\u{1F600}']);
+    expect(stored.rows[0]!.bytes.equals(sent.lone)).toBe(true);
+    expect(stored.rows[1]!.bytes.equals(sent.paired)).toBe(true);
+  });
+});
+
 describe('inbox metrics', () => {
   it('counts every callback answer by status and reason, 413 and 401 included', async () => {
     const res = await undiciFetch(`${stack.inboxUrl}/metrics`, { dispatcher: tlsAgent });

@@ -76,6 +76,29 @@ describe('sender end to end (dev server, HTTP API)', () => {
     );
   });
 
+  it('escaped lone surrogates and raw non-ASCII reach the receiver byte for byte (also with an Idempotency-Key)', async () => {
+    receiver.setScript(() => ({ status: 200 }));
+    const before = receiver.requests.length;
+    await createConfig(stack, 'task-u8', { id: 'c-u8', url: receiver.url });
+    const value =
+      '{"statusUpdate":{"taskId":"task-u8","status":{"state":"TASK_STATE_WORKING","message":' +
+      '{"parts":[{"text":"\\ud800 lone, \\udc00 lone, \\ud83d\\ude00 paired, é🙂 raw"}]}}}}';
+    const res = await stack.api('/v1/tasks/task-u8/events', {
+      method: 'POST',
+      body: Buffer.from(`{"streamResponse":${value}}`, 'utf8'),
+      headers: { 'content-type': 'application/json', 'idempotency-key': crypto.randomUUID() },
+    });
+    expect(res.status).toBe(202);
+    const ev = (await res.json()) as { deliveries: Array<{ id: string }> };
+    await eventually(
+      () => delivery(ev.deliveries[0]!.id),
+      (d) => d.status === 'delivered',
+    );
+    const got = receiver.requests.slice(before);
+    expect(got).toHaveLength(1);
+    expect(got[0]!.body.toString('hex')).toBe(Buffer.from(value, 'utf8').toString('hex'));
+  });
+
   it('a config without authentication sends no Authorization header and never the token', async () => {
     receiver.setScript(() => ({ status: 204 }));
     const before = receiver.requests.length;

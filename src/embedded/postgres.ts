@@ -50,6 +50,10 @@ export async function startEmbeddedPostgres(o: {
   /** Default 300; a real Temporal cluster over the same server needs more. */
   maxConnections?: number;
 }): Promise<EmbeddedPg> {
+  if (await isPortOpen(o.port))
+    throw new EmbeddedPostgresError(
+      `embedded Postgres: port ${o.port} on 127.0.0.1 is taken (another npm start?): stop what holds it, or set DATABASE_URL to a server of your own`,
+    );
   const runAs = postgresUser();
   const bin = path.join(binaries(runAs), 'bin');
   const run: SpawnOptions = {
@@ -307,9 +311,7 @@ const firstLine = (err: unknown) =>
 /** The line of a server's output that says why it stopped: its last FATAL/ERROR line, else its last line. */
 function lastError(output: string): string {
   const lines = output.trim().split('\n');
-  return (
-    [...lines].reverse().find((l) => /\b(FATAL|ERROR|PANIC)\b|could not|cannot/i.test(l)) ??
-    lines.at(-1) ??
-    'no output'
-  ).trim();
+  const line = [...lines].reverse().find((l) => /\b(FATAL|ERROR|PANIC)\b|could not|cannot/i.test(l));
+  // The server's lines start with a timestamp and a pid: from the severity on is what matters.
+  return (line ?? lines.at(-1) ?? 'no output').replace(/^.*?\b(FATAL|ERROR|PANIC):\s+/, '$1: ').trim();
 }

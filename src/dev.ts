@@ -10,7 +10,7 @@ import {
   EMBEDDED_TEMPORAL_UI_PORT,
   embeddedSealKeys,
 } from './embedded/data';
-import { startEmbeddedPostgres, type EmbeddedPg } from './embedded/postgres';
+import { EmbeddedPostgresError, startEmbeddedPostgres, type EmbeddedPg } from './embedded/postgres';
 import { startDevServer, type DevServer } from './embedded/temporal';
 import { createRuntime } from './runtime';
 import { startApi, startInbox, startWorker, stopOnSignals, type Service } from './services';
@@ -87,6 +87,7 @@ async function main() {
 }
 
 main().catch((err: unknown) => {
-  console.error(err instanceof SettingsError ? err.message : err);
+  // A start that cannot work here says so in one line (and what to do); anything else keeps its stack.
+  console.error(err instanceof SettingsError || err instanceof EmbeddedPostgresError ? err.message : err);
   process.exit(1);
 });

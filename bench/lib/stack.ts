@@ -17,8 +17,6 @@ const scratchDirs = new Set<string>();
 /** A scratch folder for one benchmark run (Postgres data, dev server files, logs), removed at exit. */
 export function scratchDir(): string {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-push-bench-'));
-  // Embedded Postgres runs as its own user (we are root): it must reach its data dir below.
-  fs.chmodSync(dir, 0o755);
   // One exit listener for all of them (a full run makes more than Node's 10 before it warns).
   if (scratchDirs.size === 0)
     process.once('exit', () => {

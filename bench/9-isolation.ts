@@ -332,7 +332,7 @@ async function fairnessRun(ctx: BenchContext, fairness: boolean, z: ReturnType<t
       } catch {
         // reported
       }
-      const aLast = Math.max(...targets.delivered.values());
+      const aLast = targets.delivered.size > 0 ? Math.max(...targets.delivered.values()) : NaN;
       return {
         fairness,
         idle: idle.lat,

@@ -14,6 +14,7 @@ import { failureBenchmark } from './5-failure';
 import { backlogBenchmark } from './6-backlog';
 import { idleLatencyBenchmark } from './7-idle-latency';
 import { clusterBenchmark } from './8-cluster';
+import { isolationBenchmark } from './9-isolation';
 import { drawChart } from './lib/chart';
 import type { BenchContext, BenchTemporal, Benchmark } from './lib/context';
 import { startBenchReceiver } from './lib/receiver';
@@ -29,6 +30,7 @@ const ALL: Benchmark[] = [
   backlogBenchmark,
   idleLatencyBenchmark,
   clusterBenchmark,
+  isolationBenchmark,
 ];
 
 /** `--chart=bench/results/<date>.json`: draws that run's chart again (after a change to the chart). */

@@ -6,7 +6,7 @@ import { request } from 'undici';
 import { ensureDatabase, startEmbeddedPostgres, type EmbeddedPg } from '../../src/embedded/postgres';
 import { startDevServer, type DevServer } from '../../src/embedded/temporal';
 import { Keyring } from '../../src/sealing/keyring';
-import type { BenchContext } from './context';
+import type { BenchContext, BenchTemporal } from './context';
 import type { BenchReceiver } from './receiver';
 import { freePort, sleep, waitUntil } from './util';
 
@@ -46,16 +46,21 @@ export const STORE_LABEL: Record<StoreMode, string> = {
   memory: 'in memory',
 };
 
-/** The Temporal dev server with a given store; `dbFile` lets a crash test restart on the same file. */
+/**
+ * The Temporal dev server with a given store; `dbFile` lets a crash test restart on the same file;
+ * `dynamicConfig` values as `key=value` (e.g. `matching.enableFairness=true`).
+ */
 export async function startBenchTemporal(
   dir: string,
   mode: StoreMode,
   dbFile = path.join(dir, `temporal-${mode}-${Date.now()}.db`),
   port?: number,
+  dynamicConfig?: string[],
 ): Promise<DevServer & { pid: number; dbFile?: string }> {
   const s = await startDevServer({
     port: port ?? (await freePort()),
     ...(mode === 'memory' ? {} : { dbFile, sqliteDefaults: mode === 'sqlite-defaults' }),
+    ...(dynamicConfig ? { dynamicConfig } : {}),
     log: () => undefined,
   });
   return { ...s, pid: s.process.pid!, ...(mode === 'memory' ? {} : { dbFile }) };
@@ -205,10 +210,15 @@ export async function startServices(o: {
 
 /**
  * A benchmark's own sender: a fresh database on the run's Postgres, api and worker processes (no
- * inbox) on the run's dev server, posting to `receiver`.
+ * inbox) on the run's dev server (or on `onTemporal`), posting to `receiver`.
  */
-export async function startSender(ctx: BenchContext, receiver: BenchReceiver, env?: Record<string, string>) {
-  const temporal = await ctx.temporal();
+export async function startSender(
+  ctx: BenchContext,
+  receiver: BenchReceiver,
+  env?: Record<string, string>,
+  onTemporal?: BenchTemporal,
+) {
+  const temporal = onTemporal ?? (await ctx.temporal());
   const databaseUrl = await freshDatabase(ctx.pg);
   const services = await startServices({
     dir: ctx.dir,

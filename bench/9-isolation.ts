@@ -1,0 +1,520 @@
+import { Client as PgClient } from 'pg';
+import { createApiKey } from '../src/db/apikeys';
+import { createPool } from '../src/db/pool';
+import { ApiClient, eventPlan } from './lib/api';
+import type { BenchContext, BenchTemporal, Benchmark } from './lib/context';
+import { figure, type ChartRow, type Figure } from './lib/report';
+import { SHORT_RETRIES, startBenchTemporal, startSender, type Services } from './lib/stack';
+import { startTargets, type BenchTargets, type TargetMode } from './lib/target';
+import { latency, pool, ratio, round, sleep, waitUntil, type Latency } from './lib/util';
+
+/** The per-host bound the run asks for (OUTBOUND_HOST_CONCURRENCY); code without the setting ignores it. */
+const HOST_BOUND = 8;
+/** DELIVERY_TIMEOUT stays at its default for the run. */
+const DELIVERY_TIMEOUT_MS = 15_000;
+/** The healthy tenant's events go round-robin over this many tasks (one config each). */
+const HEALTHY_TASKS = 10;
+
+/**
+ * Settings for every sender of the benchmark: short retries (so the recovered host is tried again
+ * soon), attempts raised so that no job ends `exhausted` while its host is dead (a final status
+ * then means delivered), every loopback address allowed (the dead and slow hosts are 127.0.x.y).
+ */
+const ENV: Record<string, string> = {
+  ...SHORT_RETRIES,
+  DELIVERY_MAX_ATTEMPTS: '100',
+  OUTBOUND_ALLOW_CIDRS: '127.0.0.0/8',
+  OUTBOUND_HOST_CONCURRENCY: String(HOST_BOUND),
+};
+
+function sizes(quick: boolean) {
+  return {
+    /** Length of each healthy stream (one event every 0.5 s). */
+    streamS: quick ? 30 : 300,
+    /** Dead-host configs in (a) and (b), one delivery each. */
+    deadConfigs: quick ? 200 : 1000,
+    deadHosts: 50,
+    /** Configs to the slow target in (c), each kept with one job outstanding. */
+    slowConfigs: quick ? 200 : 1000,
+    /** (d): tenant A's burst. */
+    burst: quick ? { events: 1000, configs: 20 } : { events: 5000, configs: 100 },
+    /** (d): tenant B's idle events (one a second) on each dev server. */
+    idleEvents: quick ? 10 : 30,
+    /** (d): B writes at most this long while A's burst drains. */
+    burstStreamMaxS: quick ? 240 : 900,
+    /** Waits for deliveries (healthy events, the recovered host's jobs). */
+    waitMs: quick ? 300_000 : 900_000,
+  };
+}
+
+interface Stack {
+  services: Services;
+  pg: PgClient;
+  /** Tenant A (the bootstrap key): the dead, slow or bursting configs. */
+  apiA: ApiClient;
+  /** Tenant B (a key made for the run): the healthy stream. */
+  apiB: ApiClient;
+  runId: string;
+  healthyTasks: string[];
+  stop(): Promise<void>;
+}
+
+/** A fresh sender (database, api, worker) with tenant B's key and configs, warmed by 5 unmeasured events. */
+async function startStack(ctx: BenchContext, temporal?: BenchTemporal): Promise<Stack> {
+  const { databaseUrl, services } = await startSender(ctx, ctx.receiver, ENV, temporal);
+  const db = createPool(databaseUrl, 2);
+  let keyB: string;
+  try {
+    keyB = (await createApiKey(db, 'bench-tenant-b', undefined, 'bench')).key;
+  } finally {
+    await db.end();
+  }
+  const pg = new PgClient({ connectionString: databaseUrl });
+  await pg.connect();
+  const apiA = new ApiClient(services.api.url, services.apiKey, 32);
+  const apiB = new ApiClient(services.api.url, keyB, 8);
+  const runId = `iso${Date.now().toString(36)}`;
+  const healthyTasks = Array.from({ length: HEALTHY_TASKS }, (_, i) => `${runId}-b-${i}`);
+  const stop = async () => {
+    await apiA.close();
+    await apiB.close();
+    await pg.end();
+    await services.stop();
+  };
+  try {
+    await apiB.createConfigs(healthyTasks, 1, ctx.receiver.url);
+    for (let i = 0; i < 5; i++) {
+      const id = `${runId}-warm-${i}`;
+      await apiB.postEvent(healthyTasks[i % HEALTHY_TASKS]!, id);
+      await waitUntil(`warm-up ${id}`, () => ctx.receiver.delivered.has(id), 60_000);
+    }
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return { services, pg, apiA, apiB, runId, healthyTasks, stop };
+}
+
+/**
+ * One event every `everyMs` (on a fixed schedule, not waiting for the answers) over `tasks` until
+ * `stop(i, elapsedMs)`; answers when every write was answered. `sent`: id → time the write was sent.
+ */
+async function stream(
+  api: ApiClient,
+  tasks: string[],
+  prefix: string,
+  everyMs: number,
+  stop: (i: number, elapsedMs: number) => boolean,
+): Promise<{ sent: Map<string, number>; failed: number }> {
+  const sent = new Map<string, number>();
+  const writes: Array<Promise<void>> = [];
+  let failed = 0;
+  const start = Date.now();
+  for (let i = 0; ; i++) {
+    const wait = start + i * everyMs - Date.now();
+    if (wait > 0) await sleep(wait);
+    if (stop(i, Date.now() - start)) break;
+    const id = `${prefix}-${i}`;
+    sent.set(id, Date.now());
+    writes.push(
+      api.postEvent(tasks[i % tasks.length]!, id).catch(() => {
+        failed++;
+        sent.delete(id);
+      }),
+    );
+  }
+  await Promise.all(writes);
+  return { sent, failed };
+}
+
+/** Event write sent → the receiver saw its POST, for the events delivered within `waitMs`. */
+async function streamLatency(
+  ctx: BenchContext,
+  sent: Map<string, number>,
+  waitMs: number,
+): Promise<{ lat: Latency; undelivered: number }> {
+  try {
+    await ctx.receiver.waitForAll(sent.keys(), waitMs);
+  } catch {
+    // reported as undelivered
+  }
+  const values: number[] = [];
+  for (const [id, t0] of sent) {
+    const at = ctx.receiver.delivered.get(id);
+    if (at !== undefined) values.push(at - t0);
+  }
+  return { lat: latency(values), undelivered: sent.size - values.length };
+}
+
+/** Job counts by status for the run's tasks of one tenant (`a` or `b`). */
+async function statusCounts(pg: PgClient, runId: string, side: 'a' | 'b'): Promise<Record<string, number>> {
+  const r = await pg.query<{ status: string; n: string }>(
+    `SELECT status, count(*) AS n FROM delivery_jobs WHERE task_id LIKE $1 GROUP BY status`,
+    [`${runId}-${side}-%`],
+  );
+  return Object.fromEntries(r.rows.map((x) => [x.status, Number(x.n)]));
+}
+
+const OPEN = ['queued', 'in_flight', 'waiting_retry'];
+const openOf = (c: Record<string, number>) => OPEN.reduce((n, s) => n + (c[s] ?? 0), 0);
+const totalOf = (c: Record<string, number>) => Object.values(c).reduce((n, k) => n + k, 0);
+
+/**
+ * Requests per second a target received, over the longest whole number of DELIVERY_TIMEOUTs from its
+ * first request until `until` (attempts to a black hole come in waves one timeout apart).
+ */
+function attemptRate(arrivals: number[], until: number) {
+  const a = arrivals.filter((x) => x < until).sort((x, y) => x - y);
+  if (a.length === 0) return { rate: 0, count: 0, windowS: 0 };
+  const k = Math.max(1, Math.floor((until - a[0]!) / DELIVERY_TIMEOUT_MS));
+  const end = a[0]! + k * DELIVERY_TIMEOUT_MS;
+  const count = a.filter((x) => x < end).length;
+  const windowS = (k * DELIVERY_TIMEOUT_MS) / 1000;
+  return { rate: round(count / windowS, 2), count, windowS };
+}
+
+/** The healthy stream alone, on a fresh sender: the baseline of (a)-(c). */
+async function healthyAlone(ctx: BenchContext, streamS: number, waitMs: number) {
+  const st = await startStack(ctx);
+  try {
+    const { sent, failed } = await stream(
+      st.apiB,
+      st.healthyTasks,
+      `${st.runId}-alone`,
+      500,
+      (i) => i * 500 >= streamS * 1000,
+    );
+    const { lat, undelivered } = await streamLatency(ctx, sent, waitMs);
+    return { lat, undelivered, failed, sent: sent.size };
+  } finally {
+    await st.stop();
+  }
+}
+
+interface HostScenario {
+  key: 'a' | 'b' | 'c';
+  hosts: string[];
+  perHost: number;
+  mode: TargetMode;
+  /** Write the config's next event each time the target answers one (keeps every config busy). */
+  refill: boolean;
+}
+
+/**
+ * Tenant A's configs to the misbehaving host(s), one event each; then tenant B's healthy stream for
+ * `streamS`, held until every healthy event arrived (the hosts still misbehaving); then the hosts
+ * recover (answer 200 at once) and every job of A must reach a final status.
+ */
+async function hostScenario(ctx: BenchContext, s: HostScenario, streamS: number, waitMs: number) {
+  const targets: BenchTargets = await startTargets(s.hosts, s.mode);
+  let st: Stack | undefined;
+  try {
+    st = await startStack(ctx);
+    const { apiA, runId } = st;
+    const tasksByHost = s.hosts.map((_, h) =>
+      Array.from({ length: s.perHost }, (__, j) => `${runId}-a-h${h}-${j}`),
+    );
+    for (let h = 0; h < s.hosts.length; h++) await apiA.createConfigs(tasksByHost[h]!, 1, targets.urls[h]!);
+    const tasks = tasksByHost.flat();
+    let refilling = s.refill;
+    let refills = 0;
+    let refillFailures = 0;
+    const next = new Map<string, number>();
+    targets.onAnswered = (_id, path) => {
+      if (!refilling) return;
+      const task = path.split('/')[2];
+      if (!task) return;
+      const k = (next.get(task) ?? 0) + 1;
+      next.set(task, k);
+      refills++;
+      apiA.postEvent(task, `${task}-e${k}`).catch(() => refillFailures++);
+    };
+    const t0 = Date.now();
+    await pool(tasks, 32, (t) => apiA.postEvent(t, `${t}-e0`));
+    const writtenS = round((Date.now() - t0) / 1000);
+    ctx.log(
+      `(${s.key}) ${tasks.length} jobs to ${s.hosts.length} host(s) written in ${writtenS} s; healthy stream for ${streamS} s`,
+    );
+    const { sent, failed } = await stream(
+      st.apiB,
+      st.healthyTasks,
+      `${runId}-healthy`,
+      500,
+      (i) => i * 500 >= streamS * 1000,
+    );
+    const streamEnd = Date.now();
+    const healthy = await streamLatency(ctx, sent, waitMs);
+    const recoveredAt = Date.now();
+    ctx.log(
+      `(${s.key}) healthy stream delivered ${round((recoveredAt - streamEnd) / 1000)} s after it ended; host(s) recover`,
+    );
+    const rate = attemptRate(targets.arrivals, recoveredAt);
+    const answeredBefore = targets.delivered.size;
+    refilling = false;
+    targets.setMode({ kind: 'ok' });
+    const pg = st.pg;
+    let final: Record<string, number> = {};
+    try {
+      await waitUntil(
+        'every job of the recovered host(s) final',
+        async () => {
+          final = await statusCounts(pg, runId, 'a');
+          return openOf(final) === 0;
+        },
+        waitMs,
+      );
+    } catch {
+      // reported as lost
+    }
+    final = await statusCounts(pg, runId, 'a');
+    const allFinalS = round((Date.now() - recoveredAt) / 1000);
+    const healthyJobs = await statusCounts(pg, runId, 'b');
+    return {
+      healthy: healthy.lat,
+      healthyUndelivered: healthy.undelivered,
+      healthyFailedWrites: failed,
+      healthySent: sent.size,
+      healthyJobs,
+      heldAfterStreamS: round((recoveredAt - streamEnd) / 1000),
+      rate,
+      requestsWhileBad: targets.arrivals.filter((x) => x < recoveredAt).length,
+      answeredBefore,
+      jobs: totalOf(final),
+      lost: openOf(final),
+      final,
+      allFinalS,
+      writtenS,
+      refills,
+      refillFailures,
+    };
+  } finally {
+    await st?.stop();
+    await targets.close();
+  }
+}
+
+/**
+ * (d) on its own dev server with `matching.enableFairness` on or off: tenant B's idle latency, then
+ * tenant A's burst (A's configs on their own host), then B one event a second until A's burst drained.
+ */
+async function fairnessRun(ctx: BenchContext, fairness: boolean, z: ReturnType<typeof sizes>) {
+  const temporal = await startBenchTemporal(ctx.dir, 'wal', undefined, undefined, [
+    `matching.enableFairness=${fairness}`,
+  ]);
+  try {
+    const targets = await startTargets(['127.0.3.1'], { kind: 'ok' });
+    let st: Stack | undefined;
+    try {
+      st = await startStack(ctx, temporal);
+      const { apiA, apiB, runId, healthyTasks } = st;
+      const tasksA = Array.from({ length: z.burst.configs }, (_, i) => `${runId}-a-${i}`);
+      await apiA.createConfigs(tasksA, 1, targets.urls[0]!);
+      const idleRun = await stream(apiB, healthyTasks, `${runId}-idle`, 1000, (i) => i >= z.idleEvents);
+      const idle = await streamLatency(ctx, idleRun.sent, 60_000);
+      const plan = eventPlan(z.burst.events, tasksA, `${runId}-burst`);
+      const t0 = Date.now();
+      await pool(plan, 32, (e) => apiA.postEvent(e.taskId, e.id));
+      const writtenS = round((Date.now() - t0) / 1000);
+      ctx.log(
+        `(d) fairness ${fairness ? 'on' : 'off'}: A's ${plan.length} events written in ${writtenS} s; B writes one a second until they are delivered`,
+      );
+      const aDone = () => targets.delivered.size >= plan.length;
+      const busy = await stream(
+        apiB,
+        healthyTasks,
+        `${runId}-busy`,
+        1000,
+        (i, ms) => (aDone() && i >= 10) || ms >= z.burstStreamMaxS * 1000,
+      );
+      const busyLat = await streamLatency(ctx, busy.sent, z.waitMs);
+      try {
+        await waitUntil("A's burst delivered", aDone, z.waitMs);
+      } catch {
+        // reported
+      }
+      const aLast = targets.delivered.size > 0 ? Math.max(...targets.delivered.values()) : NaN;
+      return {
+        fairness,
+        idle: idle.lat,
+        busy: busyLat.lat,
+        busyUndelivered: busyLat.undelivered,
+        busyEvents: busy.sent.size,
+        writtenS,
+        burstDelivered: targets.delivered.size,
+        burstDrainS: round((aLast - t0) / 1000),
+        burstJobs: await statusCounts(st.pg, runId, 'a'),
+      };
+    } finally {
+      await st?.stop();
+      await targets.close();
+    }
+  } finally {
+    await temporal.stop();
+  }
+}
+
+const within = (v: number, want: number, tol: number) => Math.abs(v - want) <= tol * want;
+
+export const isolationBenchmark: Benchmark = {
+  name: 'isolation',
+  title:
+    '9. Isolation: a dead, many dead and a slow host beside a healthy stream; a tenant burst beside another tenant',
+  async run(ctx) {
+    const z = sizes(ctx.quick);
+    const figures: Figure[] = [];
+    const chart: ChartRow[] = [];
+    const notes: string[] = [];
+    const bench = '9 isolation';
+    const want = round(HOST_BOUND / (DELIVERY_TIMEOUT_MS / 1000), 2);
+
+    ctx.log(`healthy stream alone for ${z.streamS} s`);
+    const alone = await healthyAlone(ctx, z.streamS, z.waitMs);
+    const base50 = { label: 'healthy stream alone p50', value: alone.lat.p50 };
+    const base99 = { label: 'alone p99', value: alone.lat.p99 };
+    chart.push(
+      { bench, series: 'healthy alone', metric: 'p50', value: alone.lat.p50, unit: 'ms' },
+      { bench, series: 'healthy alone', metric: 'p99', value: alone.lat.p99, unit: 'ms' },
+    );
+
+    const loop = (n: number) => Array.from({ length: n }, (_, i) => `127.0.1.${i + 1}`);
+    const scenarios: Array<HostScenario & { label: string; short: string; p50x: number; p99x?: number }> = [
+      {
+        key: 'a',
+        label: '(a) 1 dead host',
+        short: '(a) 1 dead host',
+        hosts: loop(1),
+        perHost: z.deadConfigs,
+        mode: { kind: 'hole' },
+        refill: false,
+        p50x: 1.5,
+        p99x: 2,
+      },
+      {
+        key: 'b',
+        label: `(b) ${z.deadHosts} dead hosts`,
+        short: `(b) ${z.deadHosts} dead`,
+        hosts: loop(z.deadHosts),
+        perHost: z.deadConfigs / z.deadHosts,
+        mode: { kind: 'hole' },
+        refill: false,
+        p50x: 2,
+      },
+      {
+        key: 'c',
+        label: '(c) host answering after 10 s',
+        short: '(c) slow host',
+        hosts: ['127.0.2.1'],
+        perHost: z.slowConfigs,
+        mode: { kind: 'slow', delayMs: 10_000 },
+        refill: true,
+        p50x: 1.5,
+      },
+    ];
+    const details: Record<string, unknown> = { sizes: z, env: ENV, alone };
+    for (const s of scenarios) {
+      const r = await hostScenario(ctx, s, z.streamS, z.waitMs);
+      details[s.key] = r;
+      figures.push(
+        figure(`${s.label}: healthy event → POST p50`, r.healthy.p50, 'ms', base50, {
+          text: `p50 ≤ ${s.p50x} × alone`,
+          met: r.healthy.p50 <= s.p50x * alone.lat.p50,
+        }),
+        figure(
+          `${s.label}: healthy event → POST p99`,
+          r.healthy.p99,
+          'ms',
+          base99,
+          s.p99x !== undefined
+            ? { text: `p99 ≤ ${s.p99x} × alone`, met: r.healthy.p99 <= s.p99x * alone.lat.p99 }
+            : undefined,
+        ),
+      );
+      if (s.key === 'a')
+        figures.push(
+          figure(
+            `${s.label}: requests the dead host received per second`,
+            r.rate.rate,
+            '/s',
+            { label: `bound ${HOST_BOUND} ÷ DELIVERY_TIMEOUT 15 s`, value: want },
+            { text: 'within ±20 % of bound ÷ timeout', met: within(r.rate.rate, want, 0.2) },
+          ),
+        );
+      else
+        figures.push(
+          figure(
+            `${s.label}: requests the ${s.key === 'b' ? 'dead hosts' : 'slow host'} received per second`,
+            r.rate.rate,
+            '/s',
+          ),
+        );
+      figures.push(
+        figure(
+          `${s.label}: jobs (of ${r.jobs}) without a final status after the recovery`,
+          r.lost,
+          'jobs',
+          undefined,
+          { text: 'none lost', met: r.lost === 0 && r.jobs > 0 && r.healthyUndelivered === 0 },
+        ),
+        figure(`${s.label}: recovery → every job final`, r.allFinalS, 's'),
+      );
+      chart.push(
+        { bench, series: s.short, metric: 'p50', value: r.healthy.p50, unit: 'ms' },
+        { bench, series: s.short, metric: 'p99', value: r.healthy.p99, unit: 'ms' },
+      );
+      notes.push(
+        `${s.label}: ${r.jobs} jobs of tenant A over ${s.hosts.length} host(s) (${s.perHost} configs each, written in ${r.writtenS} s)` +
+          `${s.refill ? `, each config's next event written when the host answered one (${r.refills} more, ${r.refillFailures} refused)` : ''}; ` +
+          `healthy stream: ${r.healthySent} events, ${r.healthyUndelivered} undelivered, ${r.healthyFailedWrites} writes refused, all seen ${r.heldAfterStreamS} s after it ended; ` +
+          `host(s) received ${r.requestsWhileBad} requests before recovering (${r.rate.count} in the first ${r.rate.windowS} s); final statuses ${JSON.stringify(r.final)}.`,
+      );
+    }
+
+    const fair: Array<Awaited<ReturnType<typeof fairnessRun>>> = [];
+    for (const on of [false, true]) fair.push(await fairnessRun(ctx, on, z));
+    const [off, on] = fair as [(typeof fair)[0], (typeof fair)[0]];
+    details.d = { off, on };
+    figures.push(
+      figure(
+        "(d) tenant B p50 during A's burst, fairness on",
+        on.busy.p50,
+        'ms',
+        {
+          label: 'B idle p50 (same dev server)',
+          value: on.idle.p50,
+        },
+        { text: 'p50 ≤ 5 × idle', met: on.busy.p50 <= 5 * on.idle.p50 && on.busyUndelivered === 0 },
+      ),
+      figure("(d) tenant B p50 during A's burst, fairness off", off.busy.p50, 'ms', {
+        label: 'B idle p50 (same dev server)',
+        value: off.idle.p50,
+      }),
+      figure("(d) tenant B p99 during A's burst, fairness on / off", on.busy.p99, 'ms', {
+        label: 'fairness off',
+        value: off.busy.p99,
+      }),
+      figure("(d) A's burst: write → last delivery, fairness on / off", on.burstDrainS, 's', {
+        label: 'fairness off',
+        value: off.burstDrainS,
+      }),
+    );
+    for (const r of fair) {
+      const series = `(d) fairness ${r.fairness ? 'on' : 'off'}`;
+      const short = `(d) ${r.fairness ? 'on' : 'off'}: B`;
+      chart.push(
+        { bench: '9 fairness', series: `${short} idle`, metric: 'p50', value: r.idle.p50, unit: 'ms' },
+        { bench: '9 fairness', series: `${short} in burst`, metric: 'p50', value: r.busy.p50, unit: 'ms' },
+      );
+      notes.push(
+        `${series}: B idle p50/p99 ${r.idle.p50}/${r.idle.p99} ms (${z.idleEvents} events); during the burst ${r.busyEvents} events, p50/p99 ${r.busy.p50}/${r.busy.p99} ms (× ${ratio(r.busy.p50, r.idle.p50)}), ${r.busyUndelivered} undelivered; ` +
+          `A's ${z.burst.events} events over ${z.burst.configs} configs written in ${r.writtenS} s, ${r.burstDelivered} delivered, last ${r.burstDrainS} s after the first write; A's jobs ${JSON.stringify(r.burstJobs)}.`,
+      );
+    }
+    notes.unshift(
+      `Healthy stream: tenant B (its own API key), one event every 0.5 s for ${z.streamS} s round-robin over ${HEALTHY_TASKS} tasks (one config each, to the bench receiver on 127.0.0.1); event → POST = write sent → the receiver saw the POST. Baseline: the same stream alone on a fresh sender before (a), same dev server.`,
+      `Each of (a)-(c) runs on a fresh sender (database, api, worker) on the run's dev server; tenant A's hosts are distinct loopback addresses (127.0.1.x dead, 127.0.2.1 slow, 127.0.3.1 the burst's), each its own HTTPS server. A held healthy stream keeps the host(s) misbehaving until every healthy event arrived; then they answer 200 at once.`,
+      `Settings: ${JSON.stringify(ENV)}; DELIVERY_TIMEOUT 15 s (default). The dead-host rate counts requests the black hole received (undici's 32 connections per origin cap what reaches it on code without a host bound).`,
+      `(d) runs twice, each on its own dev server with matching.enableFairness=false / true; B idle first (one event a second), then A's burst, then B one a second until A's burst is delivered.`,
+    );
+    return { name: this.name, title: this.title, figures, chart, notes, details };
+  },
+};

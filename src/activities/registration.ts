@@ -1,3 +1,4 @@
+import { ApplicationFailure } from '@temporalio/activity';
 import type { Logger } from 'pino';
 import { contextLogger } from '../request-context';
 import {
@@ -7,7 +8,8 @@ import {
   type RemoteAgent,
   type RemoteFailure,
 } from '../a2a';
-import { callbackUrl } from '../ids';
+import { callbackUrl, hostOf } from '../ids';
+import { targetOf, type HostSlots } from '../db/slots';
 import { audit } from '../db/audit';
 import type { Db, Tx } from '../db/pool';
 import { inTx } from '../db/pool';
@@ -26,7 +28,14 @@ export interface RegistrationDeps {
   pollInitialMs: number;
   pollMaxMs: number;
   maxAgeMs: number;
+  /** The host slots pushes use too: agent calls count against their target's bound. */
+  slots: HostSlots;
+  /** Wakes delivery workflows granted a slot this call freed. */
+  wake: (jobIds: string[]) => Promise<void>;
 }
+
+/** How soon an agent call whose target is full asks again (an activity retry: no worker slot meanwhile). */
+export const AGENT_SLOT_RETRY_MS = 2_000;
 
 export interface RegistrationInfo {
   status: string;
@@ -71,6 +80,30 @@ export const createRegistrationActivities = (deps: RegistrationDeps) => {
 
   async function row(id: string, tx: Tx | Db = db): Promise<RegistrationRow | undefined> {
     return (await tx.query<RegistrationRow>('SELECT * FROM registrations WHERE id = $1', [id])).rows[0];
+  }
+
+  /**
+   * Runs an agent call in a slot at the agent's target (OUTBOUND_HOST_CONCURRENCY, shared with pushes).
+   * A full target fails the activity with a retryable `HostBusy` that Temporal retries after
+   * AGENT_SLOT_RETRY_MS, so the wait holds no worker slot; its place in line is kept meanwhile.
+   */
+  async function atAgent<T>(r: RegistrationRow, fn: (agent: RemoteAgent) => Promise<T>): Promise<T> {
+    const target = targetOf(r.agent_url);
+    const holder = `reg:${r.id}`;
+    const slot = await deps.slots.acquire(target, holder, r.tenant_id, 'agent');
+    if (slot.granted.length > 0) void deps.wake(slot.granted).catch(() => undefined);
+    if (!slot.acquired)
+      throw ApplicationFailure.create({
+        type: 'HostBusy',
+        message: `waiting for a slot at host ${hostOf(r.agent_url)}`,
+        nextRetryDelay: AGENT_SLOT_RETRY_MS,
+      });
+    try {
+      return await deps.slots.holding(target, holder, async () => fn(await agentFor(r)));
+    } finally {
+      const granted = await deps.slots.release(target, holder, 'neutral').catch(() => []);
+      if (granted.length > 0) void deps.wake(granted).catch(() => undefined);
+    }
   }
 
   async function agentFor(r: RegistrationRow): Promise<RemoteAgent> {
@@ -147,12 +180,14 @@ export const createRegistrationActivities = (deps: RegistrationDeps) => {
     if (!r || r.status !== 'active' || !r.remote_task_id) return { pushEnabled: false };
     const cred = newCallbackCredential();
     await db.query('UPDATE registrations SET callback_hash = $2 WHERE id = $1', [r.id, cred.hash]);
-    const agent = await agentFor(r);
-    const res = await agent.createPushConfig(r.remote_task_id, {
-      id: r.id,
-      url: callbackUrl(deps.publicBaseUrl, r.id),
-      credentials: cred.credential,
-    });
+    const taskId = r.remote_task_id;
+    const res = await atAgent(r, (agent) =>
+      agent.createPushConfig(taskId, {
+        id: r.id,
+        url: callbackUrl(deps.publicBaseUrl, r.id),
+        credentials: cred.credential,
+      }),
+    );
     if (res.ok) {
       await db.query('UPDATE registrations SET remote_config_made = true WHERE id = $1', [r.id]);
       return { pushEnabled: true };
@@ -186,8 +221,8 @@ export const createRegistrationActivities = (deps: RegistrationDeps) => {
       [r.id],
     );
     const upTo = before.rows[0]?.max ?? null;
-    const agent = await agentFor(r);
-    const res = await agent.getTask(r.remote_task_id);
+    const taskId = r.remote_task_id;
+    const res = await atAgent(r, (agent) => agent.getTask(taskId));
     const base = { remoteTaskId: r.remote_task_id };
     if (!res.ok) {
       const f = res.failure;
@@ -288,8 +323,8 @@ export const createRegistrationActivities = (deps: RegistrationDeps) => {
       const r = await row(registrationId);
       if (!r || !r.remote_task_id) return { removed: false };
       if (r.mode === 'separate' && !r.remote_config_made) return { removed: false };
-      const agent = await agentFor(r);
-      const res = await agent.deletePushConfig(r.remote_task_id, r.id);
+      const taskId = r.remote_task_id;
+      const res = await atAgent(r, (agent) => agent.deletePushConfig(taskId, r.id));
       if (!res.ok)
         contextLogger(logger).info(
           { registrationId, failure: res.failure.kind },

@@ -22,6 +22,7 @@ import type { OutboundClient } from '../outbound';
 import { pgReachable } from '../db/pool';
 import { DEFAULT_SLOT_SETTINGS, HostSlots } from '../db/slots';
 import { wakeDeliveries } from '../temporal';
+import { isUuid } from '../ids';
 import { Client } from '@temporalio/client';
 import type { Runtime } from '../runtime';
 
@@ -58,6 +59,8 @@ export const slowLaneOf = (taskQueue: string) => `${taskQueue}-slow`;
 export function activitiesFor(rt: Runtime, httpClient: OutboundClient, client: Client) {
   const s = requireSettings(rt.settings, ['PUBLIC_BASE_URL']);
   const slots = new HostSlots(rt.db, { ...DEFAULT_SLOT_SETTINGS, capacity: s.OUTBOUND_HOST_CONCURRENCY });
+  // Slots are held by delivery jobs (their ids) and agent calls (`reg:<id>`): only jobs have a workflow to wake.
+  const wake = (ids: string[]) => wakeDeliveries(client, ids.filter(isUuid));
   const registration = createRegistrationActivities({
     db: rt.db,
     keyring: rt.keyring,
@@ -67,6 +70,8 @@ export function activitiesFor(rt: Runtime, httpClient: OutboundClient, client: C
     pollInitialMs: s.POLL_INITIAL,
     pollMaxMs: s.POLL_MAX,
     maxAgeMs: s.REGISTRATION_MAX_AGE,
+    slots,
+    wake,
   });
   const delivery = createDeliveryActivities({
     db: rt.db,
@@ -82,7 +87,7 @@ export function activitiesFor(rt: Runtime, httpClient: OutboundClient, client: C
     timeoutMs: s.DELIVERY_TIMEOUT,
     logger: rt.logger,
     slots,
-    wake: (ids) => wakeDeliveries(client, ids),
+    wake,
     failingAfterMs: s.CONFIG_FAILING_AFTER,
   });
   return { ...delivery, ...registration };

@@ -12,6 +12,7 @@ import {
   type Stack,
 } from '../helpers/harness';
 import { startReceiver, type Receiver } from '../helpers/receiver';
+import { startTestAgent } from '../helpers/agent';
 
 jest.setTimeout(90_000);
 
@@ -158,5 +159,99 @@ describe('host isolation (bound 2, dev server)', () => {
     expect(seen).not.toContain(doomed);
     expect(seen).not.toContain(replaced);
     expect(seen).toHaveLength(3);
+  });
+
+  it('agent calls count against their target too: a GetTask to a full target waits (no worker slot) and goes once a slot frees', async () => {
+    const agent = await startTestAgent({ transport: 'JSONRPC' });
+    try {
+      agent.setState('iso-remote', 'TASK_STATE_WORKING');
+      const target = `127.0.0.1:${new URL(agent.url).port}`;
+      // Two calls of other workers on the wire to the agent's target (their slots, as they hold them).
+      await stack.tdb.db.query(`INSERT INTO outbound_targets (target) VALUES ($1) ON CONFLICT DO NOTHING;`, [
+        target,
+      ]);
+      for (const holder of ['other-1', 'other-2'])
+        await stack.tdb.db.query(
+          `INSERT INTO outbound_slots (target, holder, tenant_id, expires_at) VALUES ($1, $2, 't', now() + interval '1 hour')`,
+          [target, holder],
+        );
+      const res = await stack.api('/v1/registrations', {
+        method: 'POST',
+        json: { mode: 'separate', remoteTaskId: 'iso-remote', agent: { url: agent.url } },
+      });
+      expect(res.status).toBe(201);
+      const reg = (await res.json()) as { id: string };
+      // In line: the registration's call waits for the target.
+      await eventually(
+        async () =>
+          (
+            await stack.tdb.db.query('SELECT holder FROM outbound_waiters WHERE target = $1', [target])
+          ).rows.map((r) => r.holder),
+        (w) => w.includes(`reg:${reg.id}`),
+      );
+      expect(agent.calls.filter((c) => c.kind !== 'card')).toEqual([]);
+      // One of the other calls ends: the freed slot goes to the registration, whose calls then go out.
+      await stack.tdb.db.query(`SELECT outbound_release($1, 'other-1', 2, 20000, 'neutral', 0)`, [target]);
+      await eventually(
+        async () => agent.calls.filter((c) => c.kind === 'getTask').length,
+        (n) => n >= 1,
+        20_000,
+      );
+      expect(
+        agent.calls
+          .filter((c) => c.kind !== 'card')
+          .map((c) => c.kind)
+          .slice(0, 2),
+      ).toEqual(['createPushConfig', 'getTask']);
+    } finally {
+      await agent.close();
+    }
+  });
+
+  it('a target that timed out is served from the slow lane (its own task queue) until a 2xx clears it', async () => {
+    const q = `${queue}-lanes`;
+    const lanes = await startStack(temporal, q, {
+      env: { DELIVERY_TIMEOUT: '1s', RETRY_INITIAL: '1s', RETRY_MAX: '2s' },
+    });
+    const target = await startReceiver();
+    try {
+      let n = 0;
+      target.setScript(() => (++n === 1 ? { hang: true } : { status: 200 }));
+      await createConfig(lanes, 'iso-lane', { id: 'c', url: target.url });
+      const write = async () =>
+        (
+          await writeEvent(lanes, 'iso-lane', {
+            statusUpdate: { taskId: 'iso-lane', status: { state: 'TASK_STATE_WORKING' } },
+          })
+        ).deliveries[0]!.id;
+      const first = await write();
+      await eventually(
+        () => jobRow(lanes, first),
+        (j) => j.status === 'delivered',
+      );
+      const queues = async (jobId: string) =>
+        (
+          (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).fetchHistory()).events ??
+          []
+        )
+          .filter((e) => e.activityTaskScheduledEventAttributes)
+          .map((e) => e.activityTaskScheduledEventAttributes!.taskQueue!.name);
+      // Attempt 1 timed out in the fast lane; attempt 2 ran in the slow lane and was delivered.
+      expect(await queues(first)).toEqual([q, `${q}-slow`]);
+      const mark = await lanes.tdb.db.query('SELECT suspect_until FROM outbound_targets WHERE target = $1', [
+        `127.0.0.1:${target.port}`,
+      ]);
+      expect(mark.rows).toEqual([{ suspect_until: null }]);
+      // The 2xx cleared the mark: the next job runs in the fast lane.
+      const second = await write();
+      await eventually(
+        () => jobRow(lanes, second),
+        (j) => j.status === 'delivered',
+      );
+      expect(await queues(second)).toEqual([q]);
+    } finally {
+      await lanes.close();
+      await target.close();
+    }
   });
 });

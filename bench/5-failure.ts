@@ -72,7 +72,8 @@ export const failureBenchmark: Benchmark = {
           { label: '@a2a-js/sdk delivered', value: sdkFraction },
           { text: 'ours 100 %', met: ours.delivered === n },
         ),
-        figure('ours event writes refused', ours.writeFailures, 'events'),
+        figure('ours event writes answered 503 (retried after Retry-After)', ours.writeRefusals, 'answers'),
+        figure('ours event writes still refused after 5 attempts', ours.writeFailures, 'events'),
         figure('ours time to last delivery', round(ours.elapsedMs / 1000, 2), 's', {
           label: '@a2a-js/sdk (its last 2xx)',
           value: round((sdkLast - t0) / 1000, 2),

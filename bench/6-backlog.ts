@@ -142,8 +142,11 @@ export const backlogBenchmark: Benchmark = {
       await receiver.down();
       const plan = eventPlan(n, tasks, runId);
       const t0 = Date.now();
+      let writeRefusals = 0;
       const backlog = await sampleRss(pids, metricsUrl, async () => {
-        await pool(plan, 32, (e) => api.postEvent(e.taskId, e.id));
+        await pool(plan, 32, async (e) => {
+          writeRefusals += await api.postEventRetrying(e.taskId, e.id);
+        });
         const written = Date.now();
         ctx.log(`${n} events written in ${round((written - t0) / 1000)} s; waiting until all are in backoff`);
         let counts: Record<string, number> = {};
@@ -228,6 +231,7 @@ export const backlogBenchmark: Benchmark = {
           }),
           figure('not received by the receiver', notReceived, 'events'),
           figure('job not closed in the database (or missing)', notClosed, 'events'),
+          figure('event writes answered 503 (retried after Retry-After)', writeRefusals, 'answers'),
           figure('receiver up → last delivery', round((last - up) / 1000, 1), 's'),
         ],
         chart: [

@@ -5,7 +5,7 @@ import type { Benchmark } from './lib/context';
 import { startBenchReceiver } from './lib/receiver';
 import { figure } from './lib/report';
 import { startSender } from './lib/stack';
-import { pool, round, rssMiB, settledWithin, sleep, waitUntil } from './lib/util';
+import { pool, round, rssMiB, settledWithin, sleep } from './lib/util';
 
 /** Job counts by status for the run's tasks. */
 async function statusCounts(pg: PgClient, prefix: string): Promise<Record<string, number>> {
@@ -149,15 +149,12 @@ export const backlogBenchmark: Benchmark = {
         });
         const written = Date.now();
         ctx.log(`${n} events written in ${round((written - t0) / 1000)} s; waiting until all are in backoff`);
+        // Until every job waits in backoff, or the deadline: how many did is printed, not assumed.
         let counts: Record<string, number> = {};
-        await waitUntil(
-          'every job waiting in backoff',
-          async () => {
-            counts = await statusCounts(pg, runId);
-            return (counts.waiting_retry ?? 0) === n;
-          },
-          waitS * 3000,
-        );
+        await settledWithin(async () => {
+          counts = await statusCounts(pg, runId);
+          return (counts.waiting_retry ?? 0) === n;
+        }, waitS * 3000);
         const allWaiting = Date.now();
         // Hold the backlog a while, sampling RSS, before the receiver comes back.
         await sleep(ctx.quick ? 3000 : 10_000);
@@ -214,6 +211,15 @@ export const backlogBenchmark: Benchmark = {
             'MiB',
             { label: 'worker idle', value: idle.worker! },
             { text: 'worker RSS ≤ 2 × idle', met: peakBacklog.worker! <= 2 * idle.worker! },
+          ),
+          figure(
+            'jobs waiting in backoff while the backlog was held',
+            backlog.result.counts.waiting_retry ?? 0,
+            'jobs',
+            {
+              label: 'events written',
+              value: n,
+            },
           ),
           figure('dev server RSS, backlog peak', peakBacklog['dev server']!, 'MiB', {
             label: 'dev server idle',

@@ -7,7 +7,8 @@ import { pool, round } from './lib/util';
 
 /**
  * Does a store keep what the server acknowledged when its process is killed? `n` workflow starts
- * (each acknowledged), SIGKILL at once, a restart on the same file, then every id described.
+ * (each acknowledged), SIGKILL at once, a restart on the same file (the in-memory server: a restart on
+ * the same port, with nothing to read), then every id described. Every store is measured the same way.
  */
 async function crashCheck(dir: string, mode: StoreMode, n: number) {
   const first = await startBenchTemporal(dir, mode);
@@ -26,7 +27,6 @@ async function crashCheck(dir: string, mode: StoreMode, n: number) {
   await new Promise<void>((r) =>
     first.process.exitCode !== null ? r() : first.process.once('exit', () => r()),
   );
-  if (mode === 'memory') return { acknowledged: n, found: 0 };
   const again = await startBenchTemporal(dir, mode, first.dbFile, port);
   try {
     const connection = await Connection.connect({ address: again.address });
@@ -120,18 +120,23 @@ export const storesBenchmark: Benchmark = {
             value: crash[m]!.acknowledged,
           }),
         ),
+        // The verdict follows from the measured figures above: the store with the most deliveries/s
+        // among those whose every acknowledged start was found again after the kill.
         figure(
-          'embedded start uses WAL + synchronous=normal: the fastest store that survived the kill',
-          fastestSurviving === 'wal' ? 1 : 0,
-          'yes',
+          `fastest store that kept every acknowledged start: ${fastestSurviving ? STORE_LABEL[fastestSurviving] : 'none'}`,
+          fastestSurviving ? runs[fastestSurviving]!.deliveriesPerSec : 0,
+          '/s',
           undefined,
-          { text: 'the fastest surviving store is the embedded one', met: fastestSurviving === 'wal' },
+          {
+            text: "the fastest surviving store is the embedded start's (WAL + synchronous=normal)",
+            met: fastestSurviving === 'wal',
+          },
         ),
       ],
       chart,
       notes: [
         `${n} events over 100 tasks through the whole service (1 worker process) on a fresh dev server per store.`,
-        `Crash check: ${crashN} workflow starts acknowledged by the server, SIGKILL of its process, a restart on the same file, every id described. A process kill keeps what SQLite wrote to the OS; synchronous=normal can lose the last commits only on an OS crash or power loss.`,
+        `Crash check: ${crashN} workflow starts acknowledged by the server, SIGKILL of its process, a restart on the same file (in memory: on the same port), every id described. A process kill keeps what SQLite wrote to the OS; synchronous=normal can lose the last commits only on an OS crash or power loss.`,
         `fastest surviving store: ${fastestSurviving ? STORE_LABEL[fastestSurviving] : 'none'}; dev server CPU (cores): ${MODES.map((m) => `${STORE_LABEL[m]} ${runs[m]!.cpu.server}`).join(', ')}.`,
         `ratio WAL/defaults ${round(runs.wal!.deliveriesPerSec / base.deliveriesPerSec, 2)}, memory/defaults ${round(runs.memory!.deliveriesPerSec / base.deliveriesPerSec, 2)}.`,
       ],

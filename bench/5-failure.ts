@@ -25,9 +25,18 @@ export const failureBenchmark: Benchmark = {
     receiver.reset();
     receiver.setScript((id, k) => (k <= (failures[indexOf(id)] ?? 0) ? 503 : 200));
     const { temporal, services } = await startSender(ctx, receiver, SHORT_RETRIES);
+    // What arrived by the deadline is the result; a shortfall is a missed target, not a failed run.
+    const deadlineMs = Math.max(120_000, n * 200);
     let ours;
     try {
-      ours = await runDeliveryThroughput({ temporalAddress: temporal.address, n, services, receiver });
+      ours = await runDeliveryThroughput({
+        temporalAddress: temporal.address,
+        n,
+        services,
+        receiver,
+        partial: true,
+        timeoutMs: deadlineMs,
+      });
     } finally {
       await services.stop();
     }
@@ -47,9 +56,9 @@ export const failureBenchmark: Benchmark = {
     });
     const sdkDelivered = plan.filter((e) => receiver.delivered.has(e.id));
     const t0 = Math.min(...Object.values(sdk.sentAt));
-    const sdkLast = Math.max(...sdkDelivered.map((e) => receiver.delivered.get(e.id)!));
+    const sdkLast = Math.max(t0, ...sdkDelivered.map((e) => receiver.delivered.get(e.id)!));
     receiver.reset();
-    const oursFraction = 100; // runDeliveryThroughput returns only once every event was delivered
+    const oursFraction = round((ours.delivered / n) * 100);
     const sdkFraction = round((sdkDelivered.length / n) * 100);
     const bench = '5 failure';
     return {
@@ -61,8 +70,10 @@ export const failureBenchmark: Benchmark = {
           oursFraction,
           '%',
           { label: '@a2a-js/sdk delivered', value: sdkFraction },
-          { text: 'ours 100 %', met: oursFraction === 100 },
+          { text: 'ours 100 %', met: ours.delivered === n },
         ),
+        figure('ours event writes answered 503 (retried after Retry-After)', ours.writeRefusals, 'answers'),
+        figure('ours event writes still refused after 5 attempts', ours.writeFailures, 'events'),
         figure('ours time to last delivery', round(ours.elapsedMs / 1000, 2), 's', {
           label: '@a2a-js/sdk (its last 2xx)',
           value: round((sdkLast - t0) / 1000, 2),
@@ -78,6 +89,7 @@ export const failureBenchmark: Benchmark = {
       ],
       notes: [
         `${n} events over 100 tasks; ${failing} of them (seeded) answered 503 to their first 1-3 requests, the same script for both senders.`,
+        `ours delivered ${ours.delivered} of ${n} within ${deadlineMs / 1000} s of the first event write (counted by the receiver: events it answered 2xx); time to last delivery and latencies cover the delivered ones.`,
         `Short retry settings for this run: RETRY_INITIAL=${SHORT_RETRIES.RETRY_INITIAL}, RETRY_FACTOR=${SHORT_RETRIES.RETRY_FACTOR}, RETRY_MAX=${SHORT_RETRIES.RETRY_MAX} (defaults 30s, 3, 6h), jitter ×U(0.8, 1.2).`,
         '@a2a-js/sdk sends once and never retries: what it delivered is what the receiver accepted the first time.',
       ],

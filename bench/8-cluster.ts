@@ -4,8 +4,9 @@
  * (two clusters: the shard count is fixed when a cluster's databases are created), with the CPU of
  * the workers, the api, the Temporal server and the cluster's Postgres.
  *
- * The servers run side by side for the whole benchmark and the rows take turns (workers, then
- * server), so whatever else runs on the machine falls on all of them alike. Rows and worker counts:
+ * One server at a time: each cluster gets its own embedded Postgres, is started for its rows and
+ * stopped before the next, so no row shares the cores or a Postgres with another cluster (the run's
+ * dev server, idle, stays up for the other benchmarks). Rows and worker counts:
  * BENCH_CLUSTER_ROWS (default `dev,s4,s16`; `s<N>` a cluster of N shards in one process,
  * `s<N>-split` one process per role), BENCH_CLUSTER_WORKERS (default `1,2`), BENCH_CLUSTER_ROUNDS
  * (default 1; 2 runs every row twice, to see the noise).
@@ -30,7 +31,61 @@ interface Server {
   serverCpu: () => number;
   /** CPU seconds so far of the Postgres holding its history (none for the dev server: SQLite is in-process). */
   storeCpu?: () => number;
-  stop?: () => Promise<void>;
+  /** Stops what was started for it (a cluster and its Postgres; nothing for the run's dev server). */
+  stop: () => Promise<void>;
+}
+
+/** The run's dev server, or a cluster of `kind` over a Postgres of its own, started now. */
+async function startServer(ctx: BenchContext, kind: string): Promise<Server> {
+  if (kind === 'dev') {
+    const dev = await ctx.temporal();
+    return {
+      kind,
+      label: 'dev server (SQLite WAL)',
+      shards: 1,
+      address: dev.address,
+      namespace: 'default',
+      serverCpu: () => cpuSeconds(dev.pid),
+      stop: async () => undefined,
+    };
+  }
+  const m = /^s(\d+)(-split)?$/.exec(kind);
+  const shards = Number(m?.[1]);
+  if (!m || !shards) throw new Error(`BENCH_CLUSTER_ROWS: dev, s<shards> or s<shards>-split, got ${kind}`);
+  // Its own Postgres (fsync on, as in production): its CPU is this cluster's alone, apart from the
+  // service's, whose databases stay on the run's Postgres for every row.
+  const pgDir = path.join(ctx.dir, `cluster-pg-${kind}`);
+  const clusterPg = await clusterPostgres({ dir: pgDir, port: await freePort(), log: () => undefined });
+  let cluster: Cluster;
+  try {
+    ctx.log(`starting a ${m[2] ? 'split' : 'single-process'} cluster with ${shards} history shards`);
+    cluster = await startCluster({
+      shards,
+      layout: m[2] ? 'split' : 'single',
+      pg: clusterPg.server,
+      name: `bench_${kind.replace('-', '_')}_${process.pid}`,
+      dir: path.join(ctx.dir, `cluster-${kind}`),
+      port: await freePortBlock(),
+      log: ctx.log,
+    });
+  } catch (err) {
+    await clusterPg.stop().catch(() => undefined);
+    throw err;
+  }
+  const pids = Object.values(cluster.pids);
+  return {
+    kind,
+    label: `cluster (${cluster.layout === 'single' ? 'one process' : 'one process per role'})`,
+    shards,
+    address: cluster.address,
+    namespace: cluster.namespace,
+    serverCpu: () => pids.reduce((s, p) => s + cpuSeconds(p), 0),
+    storeCpu: () => postgresCpuSeconds(pgDir),
+    stop: async () => {
+      await cluster.stop().catch(() => undefined);
+      await clusterPg.stop();
+    },
+  };
 }
 
 export interface ClusterRow {
@@ -66,63 +121,13 @@ export const clusterBenchmark: Benchmark = {
     if (workerCounts.some((w) => !(w >= 1)) || !(rounds >= 1))
       throw new Error('BENCH_CLUSTER_WORKERS: worker counts ≥ 1; BENCH_CLUSTER_ROUNDS ≥ 1');
 
-    const servers: Server[] = [];
-    const cleanups: Array<() => Promise<unknown>> = [];
     const rows: ClusterRow[] = [];
-    try {
-      if (kinds.some((k) => k !== 'dev')) {
-        ensureClusterBinaries({ log: ctx.log });
-      }
-      // The clusters' own Postgres (fsync on, as in production): their CPU is measured apart from
-      // the service's, whose databases stay on the run's Postgres for every row.
-      const pgDir = path.join(ctx.dir, 'cluster-pg');
-      const clusterPg = kinds.some((k) => k !== 'dev')
-        ? await clusterPostgres({ dir: pgDir, port: await freePort(), log: () => undefined })
-        : undefined;
-      if (clusterPg) cleanups.unshift(() => clusterPg.stop());
-      for (const kind of kinds) {
-        if (kind === 'dev') {
-          const dev = await ctx.temporal();
-          servers.push({
-            kind,
-            label: 'dev server (SQLite WAL)',
-            shards: 1,
-            address: dev.address,
-            namespace: 'default',
-            serverCpu: () => cpuSeconds(dev.pid),
-          });
-          continue;
-        }
-        const m = /^s(\d+)(-split)?$/.exec(kind);
-        const shards = Number(m?.[1]);
-        if (!m || !shards)
-          throw new Error(`BENCH_CLUSTER_ROWS: dev, s<shards> or s<shards>-split, got ${kind}`);
-        ctx.log(`starting a ${m[2] ? 'split' : 'single-process'} cluster with ${shards} history shards`);
-        const cluster: Cluster = await startCluster({
-          shards,
-          layout: m[2] ? 'split' : 'single',
-          pg: clusterPg!.server,
-          name: `bench_${kind.replace('-', '_')}_${process.pid}`,
-          dir: path.join(ctx.dir, `cluster-${kind}`),
-          port: await freePortBlock(),
-          log: ctx.log,
-        });
-        cleanups.unshift(() => cluster.stop());
-        const pids = Object.values(cluster.pids);
-        servers.push({
-          kind,
-          label: `cluster (${cluster.layout === 'single' ? 'one process' : 'one process per role'})`,
-          shards,
-          address: cluster.address,
-          namespace: cluster.namespace,
-          serverCpu: () => pids.reduce((s, p) => s + cpuSeconds(p), 0),
-          storeCpu: () => postgresCpuSeconds(pgDir),
-        });
-      }
-
-      for (let round_ = 1; round_ <= rounds; round_++)
-        for (const workers of workerCounts)
-          for (const srv of servers) {
+    if (kinds.some((k) => k !== 'dev')) ensureClusterBinaries({ log: ctx.log });
+    for (const kind of kinds) {
+      const srv = await startServer(ctx, kind);
+      try {
+        for (let round_ = 1; round_ <= rounds; round_++)
+          for (const workers of workerCounts) {
             ctx.log(`${srv.kind}, ${workers} worker(s), round ${round_}: ${n} events over 100 tasks`);
             const m0 = machineJiffies();
             const r = await runDeliveryThroughput({
@@ -163,8 +168,9 @@ export const clusterBenchmark: Benchmark = {
               `${row.deliveriesPerSec}/s; cores worker ${cores.workers} api ${cores.api} server ${cores.server} postgres ${cores.postgres}; machine ${row.machineBusyPct}% busy; ${row.duplicates} duplicates`,
             );
           }
-    } finally {
-      for (const c of cleanups) await c().catch(() => undefined);
+      } finally {
+        await srv.stop();
+      }
     }
 
     const name = (r: ClusterRow) => {
@@ -210,7 +216,7 @@ export const clusterBenchmark: Benchmark = {
       chart,
       notes: [
         `${n} events over 100 tasks (one config each), 32 event writes in flight, as in benchmark 1; every row has fresh api and worker processes and a fresh service database on the run's Postgres.`,
-        "The clusters are Temporal server (built from its Go module) over their own embedded Postgres (fsync on); 'Postgres cores' is that server's CPU (the dev server keeps SQLite in its own process).",
+        "The clusters are Temporal server (built from its Go module), each over an embedded Postgres of its own (fsync on), one at a time: a cluster runs only during its own rows; 'Postgres cores' is its Postgres's CPU (the dev server keeps SQLite in its own process). The run's dev server stays up, idle, during the cluster rows.",
         'per core-second: deliveries/s over the cores of workers + api + Temporal server + its Postgres.',
         `duplicates (POSTs beyond the first per event): ${rows.map((r) => r.duplicates).reduce((a, b) => a + b, 0)} in all.`,
         ...table,

@@ -1,5 +1,5 @@
 import { Pool } from 'undici';
-import { benchStreamResponse, pool } from './util';
+import { benchStreamResponse, pool, sleep } from './util';
 
 /** A keep-alive client for the API under test, with the bench's key. */
 export class ApiClient {
@@ -16,7 +16,7 @@ export class ApiClient {
     method: 'POST' | 'GET',
     path: string,
     body?: unknown,
-  ): Promise<{ status: number; json: unknown }> {
+  ): Promise<{ status: number; json: unknown; retryAfterS?: number }> {
     const r = await this.pool.request({
       method,
       path,
@@ -27,7 +27,12 @@ export class ApiClient {
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
     });
     const text = await r.body.text();
-    return { status: r.statusCode, json: text ? (JSON.parse(text) as unknown) : undefined };
+    const retryAfter = Number(r.headers['retry-after']);
+    return {
+      status: r.statusCode,
+      json: text ? (JSON.parse(text) as unknown) : undefined,
+      ...(Number.isFinite(retryAfter) ? { retryAfterS: retryAfter } : {}),
+    };
   }
 
   /** One push config per (task, k) to the receiver, with a Bearer credential. */
@@ -49,6 +54,23 @@ export class ApiClient {
       streamResponse: benchStreamResponse(taskId, id),
     });
     if (r.status !== 202) throw new Error(`event ${id}: ${r.status} ${JSON.stringify(r.json)}`);
+  }
+
+  /**
+   * postEvent as a client should: a 503 (nothing stored; its Retry-After says when to come back) is
+   * tried again after that delay, `attempts` in all. Answers how many 503s it took; throws on any
+   * other answer, or when the last attempt is refused too.
+   */
+  async postEventRetrying(taskId: string, id: string, attempts = 5): Promise<number> {
+    for (let refused = 0; ; refused++) {
+      const r = await this.call('POST', `/v1/tasks/${taskId}/events`, {
+        streamResponse: benchStreamResponse(taskId, id),
+      });
+      if (r.status === 202) return refused;
+      if (r.status !== 503 || refused + 1 >= attempts)
+        throw new Error(`event ${id}: ${r.status} ${JSON.stringify(r.json)}`);
+      await sleep((r.retryAfterS ?? 1) * 1000);
+    }
   }
 
   close() {

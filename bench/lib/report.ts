@@ -56,7 +56,9 @@ export function figure(
 }
 
 export function printFigure(bench: string, f: Figure): void {
-  const base = f.baseline ? `  vs ${f.baseline.label} ${f.baseline.value} ${f.unit}  ratio ${f.ratio}` : '';
+  // A zero baseline (e.g. no failed answers) has no ratio: "–" rather than NaN.
+  const r = f.ratio === undefined || Number.isNaN(f.ratio) ? '–' : f.ratio;
+  const base = f.baseline ? `  vs ${f.baseline.label} ${f.baseline.value} ${f.unit}  ratio ${r}` : '';
   const target = f.target ? `  [target ${f.target}: ${f.met ? 'met' : 'MISSED'}]` : '';
   process.stdout.write(`${bench.padEnd(14)} ${f.label}: ${f.value} ${f.unit}${base}${target}\n`);
 }

@@ -137,3 +137,16 @@ export function machineJiffies(): { busy: number; total: number } {
   const total = cpu.reduce((a, b) => a + b, 0);
   return { busy: total - cpu[3]! - cpu[4]!, total };
 }
+
+/** Waits until fn answers true or timeoutMs passes; answers which (a timeout is a result here, not an error). */
+export async function settledWithin(
+  fn: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+): Promise<boolean> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    if (await fn()) return true;
+    if (Date.now() > until) return false;
+    await sleep(50);
+  }
+}

@@ -65,9 +65,9 @@ interface Callback {
  * throughput (2,886 and 2,877 callbacks/s), 4 less (2,307: smaller batches, more commits). Two keep
  * Postgres busy across the round trip when it is on another machine.
  */
-const STORE_WRITES_IN_FLIGHT = 2;
+export const STORE_WRITES_IN_FLIGHT = 2;
 /** Callbacks per store statement at most. */
-const STORE_BATCH_MAX = 64;
+export const STORE_BATCH_MAX = 64;
 /**
  * Callbacks waiting for a store statement at most; beyond it the inbox answers 503 with Retry-After
  * (nothing stored) instead of holding ever more requests open while Postgres lags or a lock is held.

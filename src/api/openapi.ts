@@ -19,11 +19,12 @@ import {
   emptyBody,
   eventBody,
   feedQuery,
-  idSchema,
+  configIdParam,
   INPUT_EXAMPLES,
   pageQuery,
   QUERY_INTEGER,
   remoteTaskBody,
+  taskIdParam,
   uuidParam,
 } from './schemas';
 import { VERSION } from '../version';
@@ -57,7 +58,7 @@ export interface Operation {
   errors: Partial<Record<OwnError, string>>;
 }
 
-const taskIds = { taskId: idSchema, configId: idSchema };
+const taskIds = { taskId: taskIdParam, configId: configIdParam };
 
 /** Every route of the management API. The OpenAPI test checks this list against the Express app. */
 export const OPERATIONS: Operation[] = [
@@ -66,7 +67,7 @@ export const OPERATIONS: Operation[] = [
     method: 'post',
     path: '/v1/tasks/{taskId}/pushNotificationConfigs',
     summary: 'Create a push config',
-    params: { taskId: idSchema },
+    params: { taskId: taskIdParam },
     body: createConfigBody,
     success: {
       status: 201,
@@ -105,7 +106,7 @@ export const OPERATIONS: Operation[] = [
     method: 'get',
     path: '/v1/tasks/{taskId}/pushNotificationConfigs',
     summary: "List a task's push configs, oldest first",
-    params: { taskId: idSchema },
+    params: { taskId: taskIdParam },
     query: pageQuery,
     success: {
       status: 200,
@@ -167,7 +168,7 @@ export const OPERATIONS: Operation[] = [
     method: 'post',
     path: '/v1/tasks/{taskId}/events',
     summary: 'Write a task event: one delivery per active config, in one transaction',
-    params: { taskId: idSchema },
+    params: { taskId: taskIdParam },
     body: eventBody,
     success: {
       status: 202,

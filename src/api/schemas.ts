@@ -18,6 +18,10 @@ export const idSchema = z
   .refine(isValidId, { message: ID_MESSAGE })
   .meta({ not: { enum: ['.', '..'] } });
 
+/** The path parameters, with the examples the request examples use (the event example names task-42). */
+export const taskIdParam = idSchema.meta({ examples: ['task-42'] });
+export const configIdParam = idSchema.meta({ examples: ['nr-llm-1'] });
+
 /** Delivery and registration ids are UUIDs the service made; any other value is not found (404). */
 export const uuidParam = z
   .string()

@@ -35,6 +35,8 @@ type OwnError = 400 | 404 | 409;
 interface Link {
   operationId: string;
   parameters: Record<string, string>;
+  /** Runtime expressions inside it are evaluated too (a body that must name the path's task). */
+  requestBody?: unknown;
   description: string;
 }
 
@@ -87,6 +89,11 @@ export const OPERATIONS: Operation[] = [
         WriteTaskEvent: {
           operationId: 'writeTaskEvent',
           parameters: { taskId: '$request.path.taskId' },
+          requestBody: {
+            streamResponse: {
+              statusUpdate: { taskId: '$request.path.taskId', status: { state: 'TASK_STATE_WORKING' } },
+            },
+          },
           description: 'an event of the same task makes one delivery to this config',
         },
         DeletePushConfig: {

@@ -3,7 +3,7 @@
  * dev server, all in a scratch folder) through the OpenAPI document at /v1/openapi.json. Started by
  * scripts/schemathesis.sh inside a network namespace with loopback only; it refuses to run outside one.
  *
- * Options: --seed N (22), --max-examples N (25), --workers N (1: with more, hypothesis on Python 3.11
+ * Options: --seed N (22), --max-examples N (25), --phases LIST (all four), --workers N (1: with more, hypothesis on Python 3.11
  * failed here with "SystemError: AST constructor recursion depth mismatch" while describing a filter). Reports land in test-output/schemathesis/.
  */
 import { spawn } from 'node:child_process';
@@ -31,6 +31,13 @@ const CHECKS = [
 /** Above the feed's 30 s long-poll. */
 const REQUEST_TIMEOUT_S = 45;
 
+const PHASES = 'examples,coverage,fuzzing,stateful';
+
+function textOption(name: string, def: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1]! : def;
+}
+
 function option(name: string, def: number): number {
   const i = process.argv.indexOf(`--${name}`);
   const v = i >= 0 ? Number(process.argv[i + 1]) : def;
@@ -47,6 +54,7 @@ async function main(): Promise<number> {
   const seed = option('seed', 22);
   const maxExamples = option('max-examples', 25);
   const workers = option('workers', 1);
+  const phases = textOption('phases', PHASES);
   if (!loopbackOnly())
     throw new Error(
       'run this through scripts/schemathesis.sh: it needs a network namespace with loopback only',
@@ -97,7 +105,7 @@ async function main(): Promise<number> {
       '--seed',
       String(seed),
       '--phases',
-      'examples,coverage,fuzzing,stateful',
+      phases,
       '--checks',
       CHECKS.join(','),
       '--max-examples',
@@ -117,7 +125,7 @@ async function main(): Promise<number> {
       reports,
     ];
     console.log(
-      `schemathesis: seed ${seed}, max examples ${maxExamples}, ${workers} workers, checks ${CHECKS.join(', ')}`,
+      `schemathesis: seed ${seed}, phases ${phases}, max examples ${maxExamples}, ${workers} workers, checks ${CHECKS.join(', ')}`,
     );
     const config = path.join(root, 'test', 'schemathesis', 'schemathesis.toml');
     const child = spawn(schemathesisBin, ['--config-file', config, ...args], { stdio: 'inherit' });

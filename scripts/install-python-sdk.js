@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Creates the Python virtual environment of the interop tests in .tools/a2a-py with the reference
-// A2A SDK (a2a-sdk[http-server]==1.3.0) and uvicorn from PyPI, pinned in test/interop/requirements.txt.
-// Idempotent and quick when present: a stamp file records the requirements it was built from.
+// A2A SDK (a2a-sdk[http-server]==1.3.0) and uvicorn from PyPI, pinned in test/interop/requirements.txt,
+// and adds schemathesis (test/schemathesis/requirements.txt) for `npm run test:schemathesis`.
+// Idempotent and quick when present: a stamp file per set records the requirements it was built from.
 'use strict';
 const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
@@ -11,15 +12,20 @@ const root = path.resolve(__dirname, '..');
 const venv = path.join(root, '.tools', 'a2a-py');
 const requirements = path.join(root, 'test', 'interop', 'requirements.txt');
 const stamp = path.join(venv, '.a2a-push-requirements');
+const fuzzRequirements = path.join(root, 'test', 'schemathesis', 'requirements.txt');
+const fuzzStamp = path.join(venv, '.a2a-push-schemathesis');
 const python = path.join(venv, 'bin', 'python');
+const schemathesis = path.join(venv, 'bin', 'schemathesis');
 
-function installed() {
+const stampedAs = (file, req) => {
   try {
-    return fs.existsSync(python) && fs.readFileSync(stamp, 'utf8') === fs.readFileSync(requirements, 'utf8');
+    return fs.existsSync(python) && fs.readFileSync(file, 'utf8') === fs.readFileSync(req, 'utf8');
   } catch {
     return false;
   }
-}
+};
+const installed = () => stampedAs(stamp, requirements);
+const schemathesisInstalled = () => installed() && stampedAs(fuzzStamp, fuzzRequirements);
 
 function install() {
   if (installed()) return;
@@ -41,10 +47,48 @@ function install() {
   fs.copyFileSync(requirements, stamp);
 }
 
-module.exports = { install, installed, venvPython: python };
+/** Adds schemathesis; both requirement files go to one pip run, so it cannot move the SDK's pins. */
+function installSchemathesis() {
+  install();
+  if (schemathesisInstalled()) return;
+  console.log(
+    `a2a-push: adding schemathesis to ${path.relative(root, venv)} (${path.relative(root, fuzzRequirements)})`,
+  );
+  try {
+    execFileSync(
+      python,
+      [
+        '-m',
+        'pip',
+        'install',
+        '--quiet',
+        '--disable-pip-version-check',
+        '-r',
+        requirements,
+        '-r',
+        fuzzRequirements,
+      ],
+      { stdio: 'inherit' },
+    );
+    execFileSync(schemathesis, ['--version'], { stdio: 'inherit' });
+    execFileSync(python, ['-c', 'import a2a.server.tasks, uvicorn, starlette'], { stdio: 'inherit' });
+  } catch (err) {
+    throw new Error(`a2a-push: could not add schemathesis: ${err.message}`);
+  }
+  fs.copyFileSync(fuzzRequirements, fuzzStamp);
+}
+
+module.exports = {
+  install,
+  installed,
+  installSchemathesis,
+  venvPython: python,
+  schemathesisBin: schemathesis,
+};
 if (require.main === module) {
   try {
     install();
+    installSchemathesis();
   } catch (err) {
     console.error(err.message);
     process.exit(1);

@@ -1,6 +1,21 @@
 import { Registry } from 'prom-client';
 import { createApiApp } from '../../src/api/app';
 import { openApiDocument, OPERATIONS } from '../../src/api/openapi';
+import {
+  configPage,
+  deliveryResponse,
+  feedPage,
+  pushConfigResponse,
+  registrationResponse,
+} from '../../src/api/responses';
+import { idSchema } from '../../src/api/schemas';
+import { configView, deliveryView, type AttemptRow, type ConfigRow, type JobRow } from '../../src/db/outbox';
+import { feedItemView, registrationView, type RegistrationRow } from '../../src/db/registrations';
+import { isValidId } from '../../src/ids';
+
+type Json = Record<string, unknown>;
+const at = (doc: Json, path: string, method: string) =>
+  (doc.paths as Record<string, Record<string, Json>>)[path]![method]!;
 
 interface Layer {
   route?: { path: string; methods: Record<string, boolean> };
@@ -73,5 +88,202 @@ describe('OpenAPI document', () => {
       'limit',
       'wait',
     ]);
+  });
+
+  it('every operation lists every status its route can answer', () => {
+    for (const o of OPERATIONS) {
+      const responses = at(doc, o.path, o.method).responses as Record<string, Json>;
+      const statuses = Object.keys(responses).map(Number);
+      expect(statuses).toEqual(expect.arrayContaining([o.success.status, 401, 503]));
+      if (o.method === 'post') expect(statuses).toEqual(expect.arrayContaining([400, 413, 415, 422]));
+      for (const s of statuses.filter((n) => n >= 400))
+        expect(Object.keys(responses[String(s)]!.content as Json)).toEqual(['application/problem+json']);
+      expect((responses['401']!.headers as Record<string, Json>)['WWW-Authenticate']!.required).toBe(true);
+      expect((responses['503']!.headers as Record<string, Json>)['Retry-After']!.required).toBe(true);
+    }
+    // The three 404s schemathesis found undocumented (issue 22).
+    const has404 = (path: string, method: string) =>
+      Object.keys(at(doc, path, method).responses as Json).includes('404');
+    expect(has404('/v1/tasks/{taskId}/pushNotificationConfigs/{configId}/deliveries', 'get')).toBe(true);
+    expect(has404('/v1/deliveries/{id}:retry', 'post')).toBe(true);
+    expect(has404('/v1/registrations/{id}/remote-task', 'post')).toBe(true);
+    // A route that cannot answer a status does not list it.
+    expect(Object.keys(at(doc, '/v1/registrations/{id}', 'delete').responses as Json)).toEqual([
+      '204',
+      '401',
+      '503',
+    ]);
+  });
+
+  it("the id parameters' JSON Schema accepts exactly what the validator accepts", () => {
+    const schema = (
+      at(doc, '/v1/tasks/{taskId}/pushNotificationConfigs/{configId}', 'get').parameters as Json[]
+    ).find((p) => p.name === 'taskId')!.schema as {
+      minLength: number;
+      maxLength: number;
+      pattern: string;
+      not: { enum: string[] };
+    };
+    const documented = (v: string) =>
+      v.length >= schema.minLength &&
+      v.length <= schema.maxLength &&
+      new RegExp(schema.pattern, 'u').test(v) &&
+      !schema.not.enum.includes(v);
+    const samples = [
+      'task-42',
+      'a',
+      '.',
+      '..',
+      '...',
+      '',
+      'a/b',
+      'a b',
+      'é',
+      '~:._-',
+      'x'.repeat(128),
+      'x'.repeat(129),
+    ];
+    for (const v of samples) {
+      expect([v, documented(v)]).toEqual([v, isValidId(v)]);
+      expect([v, documented(v)]).toEqual([v, idSchema.safeParse(v).success]);
+    }
+  });
+
+  it('query parameters are documented as the integers and enums the validators accept', () => {
+    const params = (path: string) =>
+      Object.fromEntries((at(doc, path, 'get').parameters as Json[]).map((p) => [p.name, p.schema]));
+    expect(params('/v1/resolutions').wait).toEqual({ type: 'integer', minimum: 0, maximum: 30, default: 0 });
+    expect(params('/v1/resolutions').limit).toEqual({
+      type: 'integer',
+      minimum: 1,
+      maximum: 1000,
+      default: 100,
+    });
+    expect(params('/v1/pushNotificationConfigs').pageSize).toEqual({
+      type: 'integer',
+      minimum: 1,
+      maximum: 100,
+      default: 50,
+    });
+    expect(params('/v1/pushNotificationConfigs').status).toEqual({
+      type: 'string',
+      enum: ['active', 'auth_failed', 'stopped'],
+    });
+    expect((params('/v1/deliveries/{id}').id as Json).format).toBe('uuid');
+  });
+
+  it('every link names an operation and exactly its path parameters', () => {
+    const byId = new Map(OPERATIONS.map((o) => [o.operationId, o]));
+    let links = 0;
+    for (const o of OPERATIONS)
+      for (const l of Object.values(o.success.links ?? {})) {
+        links++;
+        const target = byId.get(l.operationId);
+        expect(target).toBeDefined();
+        expect(Object.keys(l.parameters).sort()).toEqual(Object.keys(target!.params ?? {}).sort());
+      }
+    expect(links).toBeGreaterThanOrEqual(10);
+  });
+
+  it('the request examples pass the validators they document', () => {
+    let examples = 0;
+    for (const o of OPERATIONS) {
+      const content = (
+        at(doc, o.path, o.method).requestBody as { content?: Record<string, Json> } | undefined
+      )?.content;
+      for (const ex of ((content?.['application/json']?.schema as Json | undefined)?.examples as unknown[]) ??
+        []) {
+        examples++;
+        expect(o.body!.safeParse(ex).error).toBeUndefined();
+      }
+      for (const p of at(doc, o.path, o.method).parameters as Json[])
+        for (const ex of ((p.schema as Json).examples as unknown[]) ?? [])
+          expect(o.params![p.name as string]!.safeParse(ex).success).toBe(true);
+    }
+    expect(examples).toBeGreaterThanOrEqual(5);
+  });
+
+  it('the views the routes answer with match the response schemas', () => {
+    const t = new Date('2026-12-04T10:00:00Z');
+    const cfg: ConfigRow = {
+      row_id: '7',
+      tenant_id: 'default',
+      task_id: 'task-42',
+      id: 'nr-llm-1',
+      url: 'https://push.example.com/hook',
+      token: 'client-token',
+      auth_scheme: 'Bearer',
+      credential_id: '1',
+      status: 'stopped',
+      status_reason: 'http_410',
+      created_at: t,
+      status_changed_at: t,
+      deleted_at: null,
+    } as unknown as ConfigRow;
+    expect(pushConfigResponse.parse(configView(cfg))).toBeDefined();
+    expect(configPage.parse({ configs: [configView(cfg)], nextPageToken: '7' })).toBeDefined();
+    const job = {
+      id: '3f6c2a4e-1b2c-4d3e-8f9a-0b1c2d3e4f5a',
+      seq: '1',
+      tenant_id: 'default',
+      event_id: '1',
+      config_row_id: '7',
+      task_id: 'task-42',
+      config_id: 'nr-llm-1',
+      status: 'waiting_retry',
+      reason: 'http_503',
+      attempt_count: 1,
+      next_attempt_at: t,
+      deadline: t,
+      retry_of: null,
+      dispatched_at: t,
+      created_at: t,
+      finished_at: t,
+    } as unknown as JobRow;
+    const attempt: AttemptRow = {
+      job_id: job.id,
+      n: 1,
+      started_at: t,
+      duration_ms: 12,
+      outcome: 'retry',
+      http_status: 503,
+      error: 'http_503',
+      retry_after_ms: '5000',
+    };
+    expect(deliveryResponse.parse(deliveryView(job, [attempt]))).toBeDefined();
+    const reg = {
+      id: '3f6c2a4e-1b2c-4d3e-8f9a-0b1c2d3e4f5b',
+      tenant_id: 'default',
+      mode: 'embedded',
+      status: 'resolved',
+      agent_url: 'https://agent.example.com',
+      agent_token_id: null,
+      remote_task_id: 'rt-1',
+      remote_state: 'TASK_STATE_COMPLETED',
+      push_enabled: true,
+      reason: 'push_not_supported',
+      callback_hash: null,
+      remote_config_made: false,
+      workflow_started: true,
+      callbacks_received: '2',
+      callbacks_late: '1',
+      created_at: t,
+      resolved_at: t,
+      pending: '0',
+    } as RegistrationRow & { pending: string };
+    expect(registrationResponse.parse(registrationView(reg))).toBeDefined();
+    const item = feedItemView({
+      cursor: '1',
+      registration_id: reg.id,
+      remote_task_id: 'rt-1',
+      kind: 'state',
+      state: 'TASK_STATE_COMPLETED',
+      reason: null,
+      terminal: true,
+      observed_at: t,
+    });
+    expect(feedPage.parse({ items: [item], nextCursor: '1' })).toBeDefined();
+    // An extra field fails: the schemas are exact.
+    expect(pushConfigResponse.safeParse({ ...configView(cfg), extra: 1 }).success).toBe(false);
   });
 });

@@ -83,6 +83,8 @@ async function main() {
           return { status: 302, headers: { location: 'https://127.0.0.1:1/elsewhere' } };
         case '/retry-after-60':
           return { status: 503, headers: { 'retry-after': '60' } };
+        case '/hang-once':
+          return n === 1 ? { hang: true } : { status: 200 };
         default:
           return { status: 503, headers: { 'retry-after': '10' } };
       }
@@ -164,6 +166,38 @@ async function main() {
     );
     if (del.status !== 204) throw new Error(`delete: ${del.status}`);
     await finish('cancelled', cancelled.jobs[0]!, 'cancelled');
+    // Slow lane: the first attempt times out (DELIVERY_TIMEOUT 2 s), the second runs on the slow lane's queue.
+    const slow = await delivery('slow-lane', '/hang-once');
+    await finish('slow-lane', slow.jobs[0]!, 'delivered');
+    // A slot wait: OUTBOUND_HOST_CONCURRENCY (8) calls held on the wire at another receiver; a ninth job
+    // waits in line and is granted the first slot that frees.
+    let open: () => void = () => undefined;
+    const gate = new Promise<void>((r) => (open = r));
+    const held = await startReceiver({ script: () => ({ status: 200, gate }) });
+    try {
+      const heldJobs: string[] = [];
+      for (let i = 0; i < 9; i++) {
+        const taskId = `task-slot-${i}`;
+        await createConfig(stack, taskId, { id: 'cfg-slot', url: held.url });
+        const ev = await writeEvent(stack, taskId, {
+          statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' }, metadata: { mark: BODY_MARK } },
+        });
+        heldJobs.push(ev.deliveries[0]!.id);
+        if (i === 7) await held.waitFor(8, 60_000);
+      }
+      const waiter = heldJobs[8]!;
+      await eventually(
+        async () =>
+          (await stack.tdb.db.query('SELECT 1 FROM outbound_waiters WHERE holder = $1', [waiter])).rowCount,
+        (n) => n === 1,
+        60_000,
+      );
+      open();
+      await finish('slot-wait', waiter, 'delivered');
+    } finally {
+      open();
+      await held.close();
+    }
     // Superseded: a second event over the bound of 1 wakes the waiting first job, which ends.
     const sup = await delivery('superseded', '/wait', 2);
     await finish('superseded', sup.jobs[0]!, 'superseded');
@@ -287,7 +321,10 @@ async function main() {
     const secrets = [CREDENTIAL, AGENT_TOKEN, BODY_MARK, 'streamResponse', 'statusUpdate'];
     fs.mkdirSync(OUT, { recursive: true });
     // Files this run does not write stay: histories of earlier workflow versions keep replaying.
+    // RECORD_ONLY=name,name saves only those (the others keep their files: earlier shapes stay).
+    const only = process.env.RECORD_ONLY?.split(',').filter(Boolean);
     for (const h of histories) {
+      if (only && !only.includes(h.name)) continue;
       const history = await temporal.client.workflow.getHandle(h.workflowId).fetchHistory();
       const obj = historyToObject(history);
       const text = JSON.stringify(obj, null, 1);

@@ -116,7 +116,8 @@ describe('sender end to end (dev server, HTTP API)', () => {
 
   it('deleting a config during a backoff wait ends the delivery cancelled promptly, with no further request', async () => {
     // Long waits, so only the wake can end the job promptly.
-    const slow = await startStack(temporal, `${queue}-slow`, {
+    // Its own task queue (not `${queue}-slow`: that is the first stack's slow lane).
+    const slow = await startStack(temporal, `${queue}-long-waits`, {
       env: { RETRY_INITIAL: '10m', RETRY_MAX: '1h' },
     });
     const r = await startReceiver({ script: () => ({ status: 503 }) });

@@ -82,6 +82,8 @@ export const settingsSchema = z
     RETRY_FACTOR: z.coerce.number().min(1).max(100).default(3),
     RETRY_MAX: duration('6h'),
     OUTBOX_BOUND_PER_CONFIG: int(64, 1, 1_000_000),
+    // Configs of one task that are not deleted (active, auth_failed, stopped): each event fans out to them.
+    MAX_CONFIGS_PER_TASK: int(100, 1, 100_000),
     SWEEP_INTERVAL: duration('30s', 100),
     INBOX_BOUND_PER_REGISTRATION: int(64, 1, 10_000_000),
     INBOX_BOUND_TOTAL: int(10000, 1, 100_000_000),

@@ -28,7 +28,10 @@ export const OPERATIONS: Operation[] = [
     path: '/v1/tasks/{taskId}/pushNotificationConfigs',
     summary: 'Create a push config',
     body: createConfigBody,
-    responses: { 201: 'the stored config', 409: 'id already live for the task' },
+    responses: {
+      201: 'the stored config',
+      409: 'id already live for the task, or the task has MAX_CONFIGS_PER_TASK configs that are not deleted',
+    },
   },
   {
     method: 'get',

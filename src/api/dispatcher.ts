@@ -208,12 +208,13 @@ export class Dispatcher {
     // Round robin by tenant: every tenant's oldest job, then every tenant's second, ... (ties in
     // commit order), so one tenant's backlog does not hold the others' jobs behind it. `tenants`
     // walks the distinct tenants with undispatched jobs on the (tenant_id, seq) index, one probe
-    // each; `ranked` reads each one's oldest $1 (the batch size) on the same index; `picked` locks
-    // the first $1 of them, re-checking the lease. The range on tenant_id, rather than `=`, keeps
-    // the planner on that index: with `=` it read a small tenant's jobs along `seq`, filtering out a
-    // big tenant's 100,000. EXPLAIN ANALYZE, 100,000 undispatched jobs of one tenant and 10 of
-    // another, batch 256: 25-37 ms, as the commit-order claim it replaces (30-34 ms); one window
-    // over all undispatched jobs took 460-990 ms.
+    // each; `ranked` reads each one's oldest $1 (the batch size) on the same index and keeps the
+    // first 2 × $1 of them (room for rows a concurrent claim takes); `picked` locks the first $1,
+    // re-checking the lease. The range on tenant_id, rather than `=`, keeps the planner on that
+    // index: with `=` it read a small tenant's jobs along `seq`, filtering out a big tenant's
+    // 100,000. EXPLAIN ANALYZE, batch 256 (docs/decisions.md): 8-14 ms with 100,000 undispatched
+    // jobs of one tenant and 10 of another (the commit-order claim: 8-12 ms); 240-260 ms with
+    // 1,002 tenants of 300 each (15 ms): it reads up to $1 jobs of every tenant with a backlog.
     const claimed = await this.o.db.query<{
       id: string;
       seq: string;
@@ -236,7 +237,8 @@ export class Dispatcher {
               WHERE d.tenant_id >= t.tenant_id AND d.tenant_id <= t.tenant_id AND d.dispatched_at IS NULL
                 AND (d.dispatch_lease IS NULL OR d.dispatch_lease < now())
               ORDER BY d.tenant_id, d.seq LIMIT $1) x
-            WHERE t.tenant_id IS NOT NULL),
+            WHERE t.tenant_id IS NOT NULL
+            ORDER BY x.rn, x.seq LIMIT 2 * $1),
          picked AS (
            SELECT d.id, r.rn FROM delivery_jobs d JOIN ranked r ON r.id = d.id
             WHERE d.dispatched_at IS NULL AND (d.dispatch_lease IS NULL OR d.dispatch_lease < now())

@@ -87,6 +87,8 @@ export const settingsSchema = z
     // Activity slots of the slow lane: attempts to targets that recently timed out, refused or were slow.
     SLOW_LANE_CONCURRENCY: int(50, 1, 10_000),
     CONFIG_FAILING_AFTER: duration('5d', 1000),
+    // Configs of one task that are not deleted (active, auth_failed, stopped): each event fans out to them.
+    MAX_CONFIGS_PER_TASK: int(100, 1, 100_000),
     SWEEP_INTERVAL: duration('30s', 100),
     INBOX_BOUND_PER_REGISTRATION: int(64, 1, 10_000_000),
     INBOX_BOUND_TOTAL: int(10000, 1, 100_000_000),

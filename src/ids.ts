@@ -1,3 +1,5 @@
+import crypto from 'node:crypto';
+
 /** Deterministic workflow ids, built in one place (never inline). */
 export const makeDeliveryWorkflowId = (jobId: string) => `delivery-${jobId}`;
 export const makeRegistrationWorkflowId = (registrationId: string) => `registration-${registrationId}`;
@@ -22,4 +24,17 @@ export function hostOf(url: string): string {
   } catch {
     return '?';
   }
+}
+
+/** Temporal refuses a fairness key longer than this many bytes. */
+export const FAIRNESS_KEY_MAX_BYTES = 64;
+
+/**
+ * The tenant's Temporal fairness key: the tenant id itself when it fits in 64 UTF-8 bytes, else
+ * `sha256:` + the base64url SHA-256 of the id (50 bytes). Pure and stable: every start of a tenant's
+ * workflows, in any process and version, lands in the same fairness bucket.
+ */
+export function fairnessKeyOf(tenantId: string): string {
+  if (Buffer.byteLength(tenantId, 'utf8') <= FAIRNESS_KEY_MAX_BYTES) return tenantId;
+  return `sha256:${crypto.createHash('sha256').update(tenantId, 'utf8').digest('base64url')}`;
 }

@@ -6,7 +6,7 @@ import {
 } from '@temporalio/client';
 import { WorkflowIdReusePolicy } from '@temporalio/common';
 import { requestIdClientInterceptor } from './request-context';
-import { hostOf, makeDeliveryWorkflowId, makeRegistrationWorkflowId } from './ids';
+import { fairnessKeyOf, hostOf, makeDeliveryWorkflowId, makeRegistrationWorkflowId } from './ids';
 import { ConfigId, DeliveryStatus, RegistrationId, TaskId, TenantId } from './workflows/search-attributes';
 import { callbackSignal, deleteSignal, remoteTaskSignal, wakeSignal } from './workflows/signals';
 
@@ -51,6 +51,9 @@ export async function startDeliveryWorkflow(
       taskQueue,
       args: [{ jobId: job.id }],
       workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+      // The tenant's fairness key: its workflow and activity tasks (activities inherit the
+      // workflow's priority) take turns with other tenants' in Temporal's queues.
+      priority: { fairnessKey: fairnessKeyOf(job.tenantId) },
       typedSearchAttributes: [
         { key: TenantId, value: job.tenantId },
         { key: TaskId, value: job.taskId },
@@ -106,6 +109,7 @@ export async function signalRegistration(
     args: [{ registrationId: reg.id }],
     signal: SIGNALS[signal],
     signalArgs: [],
+    priority: { fairnessKey: fairnessKeyOf(reg.tenant_id) },
     typedSearchAttributes: [
       { key: TenantId, value: reg.tenant_id },
       { key: RegistrationId, value: reg.id },

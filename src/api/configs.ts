@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
 import { Router } from 'express';
 import { audit } from '../db/audit';
-import { inTx } from '../db/pool';
+import { inTx, type Tx } from '../db/pool';
 import { configView, deleteConfig, getLiveConfig, listConfigs, type ConfigRow } from '../db/outbox';
 import { checkUrlStatic, countRefusal } from '../outbound';
 import { sealSecret } from '../sealing/secrets';
@@ -29,6 +29,29 @@ export function checkTargetUrl(deps: ApiDeps, url: string, path: string): string
     });
   }
   return url;
+}
+
+/**
+ * At most `limit` configs that are not deleted per task (MAX_CONFIGS_PER_TASK): every event of the
+ * task fans out to them, so one client's creates cannot turn an event into thousands of POSTs. Exact
+ * under concurrent creates: creators of one task queue on a transaction-level advisory lock of
+ * (tenant, task) before they count, and the lock is held until the creating transaction commits.
+ */
+export async function checkConfigRoom(tx: Tx, tenantId: string, taskId: string, limit: number) {
+  // The two-key form: its key space does not overlap the one-key locks taken elsewhere.
+  await tx.query(`SELECT pg_advisory_xact_lock(hashtext('a2a_push_configs'), hashtext($1 || '/' || $2))`, [
+    tenantId,
+    taskId,
+  ]);
+  const r = await tx.query<{ n: number }>(
+    'SELECT count(*)::int AS n FROM push_configs WHERE tenant_id = $1 AND task_id = $2 AND deleted_at IS NULL',
+    [tenantId, taskId],
+  );
+  if (r.rows[0]!.n >= limit)
+    throw new Problem(
+      'conflict',
+      `a task has at most ${limit} push configs (MAX_CONFIGS_PER_TASK): task "${taskId}" has ${r.rows[0]!.n} that are not deleted (active, auth_failed or stopped); delete one first`,
+    );
 }
 
 export function configRoutes(deps: ApiDeps): Router {
@@ -60,6 +83,7 @@ export function configRoutes(deps: ApiDeps): Router {
         const { tenantId, apiKeyId } = callerOf(res);
         const id = body.id ?? crypto.randomUUID();
         await writeAnswer(deps, req, res, value, async (tx) => {
+          await checkConfigRoom(tx, tenantId, taskId, deps.settings.MAX_CONFIGS_PER_TASK);
           const credentialId = body.authentication
             ? await sealSecret(tx, deps.keyring, tenantId, 'push_credential', body.authentication.credentials)
             : null;

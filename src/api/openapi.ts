@@ -105,7 +105,7 @@ export const OPERATIONS: Operation[] = [
     },
     errors: {
       400: "validation (unknown field, bad id, taskId not the path's), or the address guard refused url (`rule`)",
-      409: 'a config with that id is live for the task, or the task has the most configs allowed',
+      409: 'a config with that id is live for the task, or the task has MAX_CONFIGS_PER_TASK configs that are not deleted',
     },
   },
   {

@@ -21,6 +21,20 @@ export function ensureTemporalBinaries(): void {
   if (r.status !== 0) throw new Error('could not install the Temporal binaries (see above)');
 }
 
+/**
+ * Dynamic config every dev server the project starts gets (`key=JSON value`), as the real servers'
+ * deploy/temporal/dynamicconfig.yaml: tenant fairness on (off by default in server 1.32).
+ * Task queue partitions stay at the default (docs/decisions.md: measured).
+ */
+export const DEV_SERVER_DYNAMIC_CONFIG: readonly string[] = ['matching.enableFairness=true'];
+
+/** The defaults with the caller's entries; a caller's entry replaces a default of the same key. */
+export function devServerDynamicConfig(extra: readonly string[] = []): string[] {
+  const byKey = new Map<string, string>();
+  for (const dc of [...DEV_SERVER_DYNAMIC_CONFIG, ...extra]) byKey.set(dc.slice(0, dc.indexOf('=')), dc);
+  return [...byKey.values()];
+}
+
 export interface DevServer {
   address: string;
   uiUrl?: string;
@@ -37,7 +51,10 @@ export async function startDevServer(o: {
   uiPort?: number;
   dbFile?: string;
   log?: (line: string) => void;
-  /** Dynamic config values (`key=value`), e.g. a low continue-as-new suggestion for tests. */
+  /**
+   * Dynamic config values (`key=value`, the value in JSON) beside DEV_SERVER_DYNAMIC_CONFIG, e.g. a
+   * low continue-as-new suggestion for tests; an entry replaces a default of the same key.
+   */
   dynamicConfig?: string[];
   /** With dbFile: SQLite's own defaults instead of WAL + synchronous=normal (the benchmark compares them). */
   sqliteDefaults?: boolean;
@@ -53,7 +70,7 @@ export async function startDevServer(o: {
       args.push('--sqlite-pragma', 'journal_mode=wal', '--sqlite-pragma', 'synchronous=normal');
   }
   for (const sa of SEARCH_ATTRIBUTES) args.push('--search-attribute', `${sa.name}=Keyword`);
-  for (const dc of o.dynamicConfig ?? []) args.push('--dynamic-config-value', dc);
+  for (const dc of devServerDynamicConfig(o.dynamicConfig)) args.push('--dynamic-config-value', dc);
   const child = spawn(TEMPORAL_CLI, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const onLine = (b: Buffer) => o.log?.(b.toString().trimEnd());
   child.stdout?.on('data', onLine);

@@ -3,7 +3,7 @@ import type { Db, Tx } from './pool';
 
 /**
  * Host isolation (contract §10): at most `capacity` calls to one target on the wire at once, across
- * every worker (the slots are rows in Postgres, migration 009). A call that finds its target full
+ * every worker (the slots are rows in Postgres, migration 010). A call that finds its target full
  * waits in line without holding a worker slot; a released slot is granted to the next waiter, round
  * robin by tenant, and the caller wakes the waiters it was granted to.
  */

@@ -1,0 +1,93 @@
+import pino from 'pino';
+import { createDeliveryActivities } from '../../src/activities/delivery';
+import { createApiKey } from '../../src/db/apikeys';
+import { inTx } from '../../src/db/pool';
+import { writeEvent } from '../../src/db/outbox';
+import { DEFAULT_SLOT_SETTINGS, HostSlots } from '../../src/db/slots';
+import { compilePolicy, createOutboundClient } from '../../src/outbound';
+import { Keyring } from '../../src/sealing/keyring';
+import { createTestDb, type TestDb } from '../helpers/db';
+import { startReceiver, type Receiver } from '../helpers/receiver';
+import { makeTestTls } from '../helpers/tls';
+
+// Config health decided by the delivery activity, with workflow time (`now`) chosen exactly: the
+// workflow passes its clock, and these calls stand for attempts days apart.
+const DAY = 86_400_000;
+let tdb: TestDb;
+let receiver: Receiver;
+const policy = compilePolicy('127.0.0.0/8', '');
+const http = createOutboundClient({ policy, ca: makeTestTls().caPem });
+
+beforeAll(async () => {
+  tdb = await createTestDb();
+  receiver = await startReceiver();
+  await createApiKey(tdb.db, 't');
+});
+afterAll(async () => {
+  await http.close();
+  await receiver.close();
+  await tdb.drop();
+});
+
+const acts = () =>
+  createDeliveryActivities({
+    db: tdb.db,
+    keyring: Keyring.parse(Keyring.generateEntry('k')),
+    http,
+    policy,
+    retry: { initialMs: DAY, factor: 1, maxMs: DAY, maxAttempts: 8 },
+    timeoutMs: 2_000,
+    logger: pino({ level: 'silent' }),
+    slots: new HostSlots(tdb.db, { ...DEFAULT_SLOT_SETTINGS, capacity: 8 }),
+    wake: async () => undefined,
+    failingAfterMs: 5 * DAY,
+  });
+
+async function job(taskId: string): Promise<string> {
+  const ev = await inTx(tdb.db, (tx) =>
+    writeEvent(tx, {
+      tenantId: 't',
+      taskId,
+      kind: 'task',
+      body: '{"task":{}}',
+      deadlineMs: 30 * DAY,
+      boundPerConfig: 64,
+    }),
+  );
+  return ev.starts[0]!.id;
+}
+
+const config = async (taskId: string) =>
+  (await tdb.db.query('SELECT status, status_reason FROM push_configs WHERE task_id = $1', [taskId])).rows[0];
+
+it.each([
+  ['a 2xx 1 day before the failure keeps the config active', true, { status: 'active', status_reason: null }],
+  [
+    'without that 2xx the same failure, 7 days after the first attempt, stops it as failing',
+    false,
+    { status: 'stopped', status_reason: 'failing' },
+  ],
+])('%s', async (_name, with2xx, expected) => {
+  const a = acts();
+  const taskId = `health-${with2xx ? 'reset' : 'stop'}`;
+  await tdb.db.query(`INSERT INTO push_configs (tenant_id, task_id, id, url) VALUES ('t', $1, 'c', $2)`, [
+    taskId,
+    receiver.url,
+  ]);
+  const t0 = Date.now();
+  const answers: number[] = with2xx ? [503, 200, 500] : [503, 503, 500];
+  let i = 0;
+  receiver.setScript(() => ({ status: answers[i++]! }));
+  const first = await job(taskId);
+  expect(await a.attemptDelivery({ jobId: first, attempt: 1, now: t0, jitter: 0.5 })).toMatchObject({
+    status: 'waiting_retry',
+  });
+  await a.attemptDelivery({ jobId: first, attempt: 2, now: t0 + 6 * DAY, jitter: 0.5 });
+  const second = await job(taskId);
+  expect(
+    await a.attemptDelivery({ jobId: second, attempt: 1, now: t0 + 7 * DAY, jitter: 0.5 }),
+  ).toMatchObject({
+    status: 'failed',
+  });
+  expect(await config(taskId)).toEqual(expected);
+});

@@ -1,4 +1,5 @@
 import pino, { type Logger } from 'pino';
+import { traceLogFields } from './tracing';
 
 /** Paths pino blanks out wherever they appear in a log line. */
 export const REDACT_PATHS = [
@@ -20,6 +21,10 @@ export const REDACT_PATHS = [
   '*.apiKey',
 ];
 
-export function createLogger(level: string, name: string): Logger {
-  return pino({ level, name, redact: { paths: REDACT_PATHS, censor: '[redacted]' } });
+export function createLogger(level: string, name: string, destination?: pino.DestinationStream): Logger {
+  // Inside a span (tracing on), every line carries its trace and span id.
+  return pino(
+    { level, name, redact: { paths: REDACT_PATHS, censor: '[redacted]' }, mixin: traceLogFields },
+    destination,
+  );
 }

@@ -24,7 +24,8 @@ import { compilePolicy, createOutboundClient, type OutboundClient, type Resolver
 import type { Runtime } from '../../src/runtime';
 import { Keyring } from '../../src/sealing/keyring';
 import { activitiesFor, activityInterceptors, temporalLogForwarder } from '../../src/worker/worker';
-import { requestIdClientInterceptor } from '../../src/request-context';
+import { clientInterceptors } from '../../src/temporal';
+import { temporalWorkerTracing } from '../../src/tracing';
 import { SEARCH_ATTRIBUTES } from '../../src/workflows/search-attributes';
 import pino from 'pino';
 import { createTestDb, type TestDb } from './db';
@@ -63,6 +64,8 @@ export interface StackOptions {
   resolver?: Resolver;
   /** Where the service logs (silent by default). */
   logger?: pino.Logger;
+  /** The workflow bundle (default: the global setup's, without tracing interceptors). */
+  workflowBundle?: string;
   /** Sees every request the inbox answers, with the headers as they arrived and the answer's status. */
   inboxTap?: (seen: InboxSeen) => void;
 }
@@ -129,8 +132,10 @@ export async function startStack(
     connection: temporal.nativeConnection,
     namespace: temporal.namespace ?? 'default',
     taskQueue,
-    workflowBundle: { codePath: process.env.TEST_WORKFLOW_BUNDLE! },
+    // A test that traces gives a bundle with Temporal's OpenTelemetry workflow interceptors in it.
+    workflowBundle: { codePath: o.workflowBundle ?? process.env.TEST_WORKFLOW_BUNDLE! },
     activities: activitiesFor(rt, httpClient),
+    ...(temporalWorkerTracing() ? { sinks: temporalWorkerTracing()!.sinks } : {}),
     interceptors: { activity: activityInterceptors(logger) },
   });
   const running = worker.run();
@@ -291,7 +296,7 @@ export async function connectDevServer() {
   const client = new Client({
     connection,
     namespace,
-    interceptors: { workflow: [requestIdClientInterceptor] },
+    interceptors: { workflow: clientInterceptors() },
   });
   const nativeConnection = await NativeConnection.connect({ address });
   return {

@@ -1,5 +1,5 @@
 import pino, { type Logger } from 'pino';
-import { traceLogFields } from './tracing';
+import { traceLogFields, tracingActive } from './tracing';
 
 /** Paths pino blanks out wherever they appear in a log line. */
 export const REDACT_PATHS = [
@@ -21,10 +21,15 @@ export const REDACT_PATHS = [
   '*.apiKey',
 ];
 
+/** Made after startTracing (the entry points do): with tracing on, lines inside a span carry its ids. */
 export function createLogger(level: string, name: string, destination?: pino.DestinationStream): Logger {
-  // Inside a span (tracing on), every line carries its trace and span id.
   return pino(
-    { level, name, redact: { paths: REDACT_PATHS, censor: '[redacted]' }, mixin: traceLogFields },
+    {
+      level,
+      name,
+      redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+      ...(tracingActive() ? { mixin: traceLogFields } : {}),
+    },
     destination,
   );
 }

@@ -278,8 +278,9 @@ export function runServerSpan(
   next: () => void,
 ): void {
   const a = active;
+  if (!a) return next();
   const path = (req.url ?? '').split('?')[0] ?? '';
-  if (!a || UNTRACED.has(path)) return next();
+  if (UNTRACED.has(path)) return next();
   const method = req.method ?? 'GET';
   const traceparent = req.headers.traceparent;
   const parent =

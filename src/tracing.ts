@@ -95,9 +95,10 @@ function spanExporter(env: NodeJS.ProcessEnv): SpanExporter {
 /**
  * Starts the SDK when the environment asks for tracing (see tracingRequested); returns whether it is
  * on. `serviceName` names the process when OTEL_SERVICE_NAME does not. Call it once, before the
- * Temporal clients and the worker are made.
+ * Temporal clients and the worker are made. The SDK reads its settings from process.env, and so does this.
  */
-export function startTracing(serviceName: string, env: NodeJS.ProcessEnv = process.env): boolean {
+export function startTracing(serviceName: string): boolean {
+  const env = process.env;
   if (active) return true;
   if (!tracingRequested(env)) return false;
   const api = require('@opentelemetry/api') as typeof OtelApi;

@@ -56,6 +56,43 @@ const url = (what: string) =>
     }
   });
 
+const OTLP_PROTOCOLS = ['grpc', 'http/protobuf', 'http/json'] as const;
+
+/** An OTEL_* value: absent, or one of the spec's words (compared as the SDK compares them). */
+const optionalEnum = (values: readonly string[]) =>
+  optionalString.superRefine((v, ctx) => {
+    if (v !== undefined && !values.includes(v.trim().toLowerCase()))
+      ctx.addIssue({ code: 'custom', message: `must be one of ${values.join(', ')}, got ${v}` });
+  });
+
+const optionalInt = (min: number, max: number) =>
+  optionalString.superRefine((v, ctx) => {
+    if (v !== undefined && !(/^\d+$/.test(v.trim()) && Number(v) >= min && Number(v) <= max))
+      ctx.addIssue({ code: 'custom', message: `must be an integer between ${min} and ${max}` });
+  });
+
+/** `key=value,key=value` (W3C baggage-like, as OTEL_RESOURCE_ATTRIBUTES and OTEL_*_HEADERS are). */
+const keyValueList = (what: string) =>
+  optionalString.superRefine((v, ctx) => {
+    if (v === undefined) return;
+    const bad = v.split(',').some((pair) => !/^\s*[^=\s,]+\s*=[^,]*$/.test(pair));
+    // The value is not repeated: OTEL_EXPORTER_OTLP_HEADERS may hold a credential.
+    if (bad) ctx.addIssue({ code: 'custom', message: `${what} must be key=value pairs separated by commas` });
+  });
+
+/** The OTLP endpoint: an http(s) URL (the exporters add /v1/traces to the general one). */
+const httpUrl = (what: string) =>
+  optionalString.superRefine((v, ctx) => {
+    if (v === undefined) return;
+    let ok = false;
+    try {
+      ok = ['http:', 'https:'].includes(new URL(v).protocol);
+    } catch {
+      ok = false;
+    }
+    if (!ok) ctx.addIssue({ code: 'custom', message: `${what} must be an absolute http(s) URL` });
+  });
+
 export const settingsSchema = z
   .object({
     DATABASE_URL: url('DATABASE_URL'),
@@ -99,6 +136,37 @@ export const settingsSchema = z
     REGISTRATION_MAX_AGE: duration('30d'),
     RETENTION: duration('30d'),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    // OpenTelemetry (src/tracing.ts): the SDK reads them from the environment; the schema checks them
+    // first, so a typo stops the process instead of silently sampling everything or exporting nowhere.
+    OTEL_SDK_DISABLED: optionalEnum(['true', 'false']),
+    OTEL_SERVICE_NAME: optionalString,
+    OTEL_RESOURCE_ATTRIBUTES: keyValueList('OTEL_RESOURCE_ATTRIBUTES'),
+    OTEL_TRACES_EXPORTER: optionalEnum(['otlp', 'console', 'none']),
+    OTEL_EXPORTER_OTLP_ENDPOINT: httpUrl('OTEL_EXPORTER_OTLP_ENDPOINT'),
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: httpUrl('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT'),
+    OTEL_EXPORTER_OTLP_PROTOCOL: optionalEnum(OTLP_PROTOCOLS),
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: optionalEnum(OTLP_PROTOCOLS),
+    // May carry the collector's credentials: validated, never logged nor shown.
+    OTEL_EXPORTER_OTLP_HEADERS: keyValueList('OTEL_EXPORTER_OTLP_HEADERS'),
+    OTEL_EXPORTER_OTLP_TRACES_HEADERS: keyValueList('OTEL_EXPORTER_OTLP_TRACES_HEADERS'),
+    OTEL_EXPORTER_OTLP_TIMEOUT: optionalInt(1, 600_000),
+    OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: optionalInt(1, 600_000),
+    OTEL_TRACES_SAMPLER: optionalEnum([
+      'always_on',
+      'always_off',
+      'traceidratio',
+      'parentbased_always_on',
+      'parentbased_always_off',
+      'parentbased_traceidratio',
+    ]),
+    OTEL_TRACES_SAMPLER_ARG: optionalString.superRefine((v, ctx) => {
+      if (v !== undefined && !(/^\d*\.?\d+$/.test(v.trim()) && Number(v) >= 0 && Number(v) <= 1))
+        ctx.addIssue({ code: 'custom', message: `must be a ratio between 0 and 1, got ${v}` });
+    }),
+    OTEL_BSP_SCHEDULE_DELAY: optionalInt(0, 3_600_000),
+    OTEL_BSP_EXPORT_TIMEOUT: optionalInt(1, 600_000),
+    OTEL_BSP_MAX_QUEUE_SIZE: optionalInt(1, 10_000_000),
+    OTEL_BSP_MAX_EXPORT_BATCH_SIZE: optionalInt(1, 10_000_000),
   })
   .superRefine((s, ctx) => {
     if (s.RETRY_INITIAL > s.RETRY_MAX)

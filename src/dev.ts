@@ -14,6 +14,7 @@ import { EmbeddedPostgresError, startEmbeddedPostgres, type EmbeddedPg } from '.
 import { startDevServer, type DevServer } from './embedded/temporal';
 import { createRuntime } from './runtime';
 import { startApi, startInbox, startWorker, stopOnSignals, type Service } from './services';
+import { startTracing } from './tracing';
 
 /**
  * `npm start`: everything on one machine with embedded defaults — Postgres and the Temporal dev server
@@ -56,6 +57,8 @@ async function main() {
   }
   if (!env.SEAL_KEYS) env.SEAL_KEYS = embeddedSealKeys();
   const settings = loadSettings(env);
+  // Before any Temporal client or worker exists: they take their tracing interceptors at creation.
+  startTracing('a2a-push');
   if (!settings.PUBLIC_BASE_URL) settings.PUBLIC_BASE_URL = `http://127.0.0.1:${settings.INBOX_PORT}`;
   const rt = createRuntime(settings, 'a2a-push');
   await migrate(rt.db);

@@ -1,4 +1,5 @@
 import pino, { type Logger } from 'pino';
+import { traceLogFields, tracingActive } from './tracing';
 
 /** Paths pino blanks out wherever they appear in a log line. */
 export const REDACT_PATHS = [
@@ -20,6 +21,15 @@ export const REDACT_PATHS = [
   '*.apiKey',
 ];
 
-export function createLogger(level: string, name: string): Logger {
-  return pino({ level, name, redact: { paths: REDACT_PATHS, censor: '[redacted]' } });
+/** Made after startTracing (the entry points do): with tracing on, lines inside a span carry its ids. */
+export function createLogger(level: string, name: string, destination?: pino.DestinationStream): Logger {
+  return pino(
+    {
+      level,
+      name,
+      redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+      ...(tracingActive() ? { mixin: traceLogFields } : {}),
+    },
+    destination,
+  );
 }

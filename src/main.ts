@@ -3,6 +3,7 @@ import { bootstrapApiKey } from './db/apikeys';
 import { migrate } from './db/pool';
 import { createRuntime } from './runtime';
 import { startApi, startInbox, startWorker, stopOnSignals, type Service } from './services';
+import { startTracing } from './tracing';
 
 /** Per-process start for real deployments: `node dist/src/main.js api|inbox|worker`. */
 async function main(kind: string | undefined) {
@@ -11,6 +12,8 @@ async function main(kind: string | undefined) {
     process.exit(2);
   }
   const settings = loadSettings();
+  // Before any Temporal client or worker exists: they take their tracing interceptors at creation.
+  startTracing(`a2a-push-${kind}`);
   const rt = createRuntime(settings, kind);
   const services: Service[] = [];
   stopOnSignals(

@@ -14,6 +14,7 @@ import { pgReachable } from './db/pool';
 import { createRegistry } from './metrics';
 import { createHttp, type Runtime } from './runtime';
 import { connectTemporal } from './temporal';
+import { shutdownTracing } from './tracing';
 import { startRetentionTimer } from './retention';
 import {
   boundHeapGrowth,
@@ -218,6 +219,8 @@ export function stopOnSignals(services: () => Service[], after: () => Promise<vo
     process.stderr.write(`a2a-push: ${sig} received, stopping…\n`);
     for (const svc of services())
       await svc.stop().catch((e: unknown) => process.stderr.write(`${svc.name}: ${String(e)}\n`));
+    // The spans still buffered go out before the exit.
+    await shutdownTracing();
     await after();
     process.exit(0);
   };

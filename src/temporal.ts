@@ -6,6 +6,7 @@ import {
 } from '@temporalio/client';
 import { WorkflowIdReusePolicy } from '@temporalio/common';
 import { requestIdClientInterceptor } from './request-context';
+import { temporalClientInterceptors } from './tracing';
 import { fairnessKeyOf, hostOf, makeDeliveryWorkflowId, makeRegistrationWorkflowId } from './ids';
 import { ConfigId, DeliveryStatus, RegistrationId, TaskId, TenantId } from './workflows/search-attributes';
 import { callbackSignal, deleteSignal, remoteTaskSignal, wakeSignal } from './workflows/signals';
@@ -16,6 +17,13 @@ export interface TemporalSettings {
   taskQueue: string;
 }
 
+/**
+ * The client interceptors of every Temporal client: the request id, and (tracing on) Temporal's
+ * OpenTelemetry interceptor, which makes the StartWorkflow/SignalWorkflow spans and carries the trace
+ * context into the workflow in a header.
+ */
+export const clientInterceptors = () => [requestIdClientInterceptor, ...temporalClientInterceptors()];
+
 /** A lazy connection: the API starts (and answers 202) while Temporal is away; the dispatcher catches up. */
 export function connectTemporal(s: TemporalSettings): { client: Client; connection: Connection } {
   const connection = Connection.lazy({ address: s.address });
@@ -23,7 +31,7 @@ export function connectTemporal(s: TemporalSettings): { client: Client; connecti
     client: new Client({
       connection,
       namespace: s.namespace,
-      interceptors: { workflow: [requestIdClientInterceptor] },
+      interceptors: { workflow: clientInterceptors() },
     }),
     connection,
   };

@@ -1,5 +1,6 @@
 import { ApplicationFailure } from '@temporalio/activity';
 import type { Logger } from 'pino';
+import { inSpan } from '../tracing';
 import { contextLogger } from '../request-context';
 import {
   connectRemoteAgent,
@@ -216,13 +217,20 @@ export const createRegistrationActivities = (deps: RegistrationDeps) => {
     if (!r) return { ended: true, status: 'deleted' };
     if ((r.status !== 'pending' && r.status !== 'active') || !r.remote_task_id)
       return { ended: r.status !== 'pending' && r.status !== 'active', status: r.status };
-    const before = await db.query<{ max: string | null }>(
-      'SELECT max(id) AS max FROM inbox_callbacks WHERE registration_id = $1 AND processed_at IS NULL',
+    const before = await db.query<{ max: string | null; traceparents: string[] | null }>(
+      `SELECT max(id) AS max, array_agg(traceparent) FILTER (WHERE traceparent IS NOT NULL) AS traceparents
+         FROM inbox_callbacks WHERE registration_id = $1 AND processed_at IS NULL`,
       [r.id],
     );
     const upTo = before.rows[0]?.max ?? null;
-    const taskId = r.remote_task_id;
-    const res = await atAgent(r, (agent) => agent.getTask(taskId));
+    // Tracing on: the GetTask that covers the callbacks stored before it links to each of them (a
+    // reconcile joins callbacks of many traces, as the group commit and the coalesced signal do).
+    const remoteTaskId = r.remote_task_id;
+    const res = await inSpan(
+      'reconcile',
+      { links: before.rows[0]?.traceparents ?? [], attributes: { 'a2a_push.registration_id': r.id } },
+      () => atAgent(r, (agent) => agent.getTask(remoteTaskId)),
+    );
     const base = { remoteTaskId: r.remote_task_id };
     if (!res.ok) {
       const f = res.failure;

@@ -3,6 +3,7 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import type { Registry } from 'prom-client';
 import { findApiKey } from '../db/apikeys';
 import { withRequestContext } from '../request-context';
+import { runServerSpan, type IncomingTrace } from '../tracing';
 import { isDbUnavailable } from '../db/pool';
 import type { ApiDeps } from './context';
 import { configRoutes } from './configs';
@@ -47,8 +48,12 @@ export function opsRoutes(registry: Registry, ready: Probe) {
  * `responseTime`). The request's child logger is made only when something logs: pino-http made one per
  * request and serialized the request into it (redaction included) whether or not a line was written,
  * which was a fifth of the inbox's CPU per callback (bench 4's profile).
+ *
+ * With tracing on, the request runs in an HTTP server span; `incoming` says what an incoming
+ * `traceparent` is: the parent (the API: nr-llm is the caller) or only a link (the inbox: agents are not
+ * trusted), src/tracing.ts.
  */
-export function requestLogger(deps: { logger: ApiDeps['logger'] }) {
+export function requestLogger(deps: { logger: ApiDeps['logger'] }, incoming: IncomingTrace = 'link') {
   const { logger } = deps;
   return (req: Request, res: Response, next: NextFunction) => {
     const given = req.headers['x-request-id'];
@@ -75,14 +80,16 @@ export function requestLogger(deps: { logger: ApiDeps['logger'] }) {
     };
     res.on('finish', done);
     res.on('close', done);
-    withRequestContext(
-      {
-        requestId: id,
-        get logger() {
-          return log();
+    runServerSpan(req, res, incoming, () =>
+      withRequestContext(
+        {
+          requestId: id,
+          get logger() {
+            return log();
+          },
         },
-      },
-      next,
+        next,
+      ),
     );
   };
 }
@@ -124,7 +131,7 @@ export function createApiApp(deps: ApiDeps & { feed: FeedNotifier }, registry: R
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
-  app.use(requestLogger(deps));
+  app.use(requestLogger(deps, 'parent'));
   app.use(opsRoutes(registry, ready));
 
   const openapi = openApiDocument();

@@ -10,6 +10,7 @@ import {
   type JobRow,
 } from '../db/outbox';
 import { currentRequestId } from '../request-context';
+import { currentTraceparent } from '../tracing';
 import { wakeDeliveries } from '../temporal';
 import { handle, parseBody, parseQuery, rawBody } from './body';
 import { pathId } from './configs';
@@ -68,8 +69,8 @@ export function deliveryRoutes(deps: ApiDeps): Router {
             );
           const newId = crypto.randomUUID();
           const ins = await tx.query<JobRow>(
-            `INSERT INTO delivery_jobs (id, tenant_id, event_id, config_row_id, task_id, config_id, deadline, retry_of, request_id)
-             VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7::double precision / 1000), $8, $9) RETURNING *`,
+            `INSERT INTO delivery_jobs (id, tenant_id, event_id, config_row_id, task_id, config_id, deadline, retry_of, request_id, traceparent)
+             VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7::double precision / 1000), $8, $9, $10) RETURNING *`,
             [
               newId,
               tenantId,
@@ -80,6 +81,7 @@ export function deliveryRoutes(deps: ApiDeps): Router {
               deps.settings.DELIVERY_DEADLINE,
               job.id,
               currentRequestId() ?? null,
+              currentTraceparent() ?? null,
             ],
           );
           const superseded = await supersedeOverBound(

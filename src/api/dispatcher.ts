@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { Db } from '../db/pool';
 import { hostOf } from '../ids';
 import { withRequestContext } from '../request-context';
+import { inSpan } from '../tracing';
 import { signalRegistration, startDeliveryWorkflow, type JobToStart } from '../temporal';
 
 export interface DispatcherOptions {
@@ -109,10 +110,15 @@ export class Dispatcher {
     tenantId: string,
     taskId: string,
     jobs: Array<{ id: string; configId: string; host: string }>,
+    traceparent?: string,
   ): void {
     this.directInFlight += jobs.length;
     for (const j of jobs) {
-      const run = this.startJob({ id: j.id, tenantId, taskId, configId: j.configId, host: j.host })
+      const run = this.startJob(
+        { id: j.id, tenantId, taskId, configId: j.configId, host: j.host },
+        'direct',
+        traceparent,
+      )
         .then(
           () => {
             this.directFailed = false;
@@ -137,12 +143,27 @@ export class Dispatcher {
     }
   }
 
-  /** Starts one job's workflow, with the attempt plan in its details: both paths start through here. */
-  private startJob(job: Omit<JobToStart, 'plan'>): Promise<void> {
-    return startDeliveryWorkflow(this.o.client, this.o.taskQueue, {
-      ...job,
-      ...(this.o.plan ? { plan: this.o.plan } : {}),
-    });
+  /**
+   * Starts one job's workflow, with the attempt plan in its details: both paths start through here,
+   * in the trace of the request that wrote the job (its `traceparent`, kept on the row; src/tracing.ts).
+   */
+  private startJob(
+    job: Omit<JobToStart, 'plan'>,
+    path: 'direct' | 'claim',
+    traceparent: string | null | undefined,
+  ): Promise<void> {
+    return inSpan(
+      'dispatch',
+      {
+        parent: traceparent ?? null,
+        attributes: { 'a2a_push.dispatch.path': path, 'a2a_push.job_id': job.id },
+      },
+      () =>
+        startDeliveryWorkflow(this.o.client, this.o.taskQueue, {
+          ...job,
+          ...(this.o.plan ? { plan: this.o.plan } : {}),
+        }),
+    );
   }
 
   /** Marks directly started jobs dispatched, many per statement when they come together. */
@@ -223,6 +244,7 @@ export class Dispatcher {
       task_id: string;
       config_id: string;
       request_id: string | null;
+      traceparent: string | null;
       url: string;
     }>(
       `WITH RECURSIVE tenants (tenant_id) AS (
@@ -246,7 +268,7 @@ export class Dispatcher {
        UPDATE delivery_jobs j SET dispatch_lease = now() + make_interval(secs => $2::double precision / 1000)
          FROM push_configs c, picked p
         WHERE c.row_id = j.config_row_id AND j.id = p.id
-       RETURNING j.id, j.seq, p.rn, j.tenant_id, j.task_id, j.config_id, j.request_id, c.url`,
+       RETURNING j.id, j.seq, p.rn, j.tenant_id, j.task_id, j.config_id, j.request_id, j.traceparent, c.url`,
       [this.batchSize, this.leaseMs],
     );
     // Started in that order (the lanes take jobs in claimed order).
@@ -264,13 +286,17 @@ export class Dispatcher {
         try {
           // The start carries the id of the request that wrote the job.
           await withRequestContext({ requestId: j.request_id ?? '' }, () =>
-            this.startJob({
-              id: j.id,
-              tenantId: j.tenant_id,
-              taskId: j.task_id,
-              configId: j.config_id,
-              host: hostOf(j.url),
-            }),
+            this.startJob(
+              {
+                id: j.id,
+                tenantId: j.tenant_id,
+                taskId: j.task_id,
+                configId: j.config_id,
+                host: hostOf(j.url),
+              },
+              'claim',
+              j.traceparent,
+            ),
           );
           started.push(j.id);
         } catch (err) {

@@ -4,6 +4,7 @@ import { rawMemberText } from '../json-span';
 import { eventWrites } from '../metrics';
 import { validateStreamResponse } from '../stream-response';
 import { wakeDeliveries } from '../temporal';
+import { currentTraceparent, inSpan } from '../tracing';
 import { handle, parseBody, rawBody } from './body';
 import { pathId } from './configs';
 import { callerOf, writeOneStatement, type ApiDeps } from './context';
@@ -33,23 +34,36 @@ export function eventRoutes(deps: ApiDeps): Router {
         const { tenantId } = callerOf(res);
         // Idle: this process starts the jobs itself once the write commits; busy: the claim run does.
         const leaseMs = deps.dispatcher.directLease();
+        // The request's trace context (tracing on): the jobs keep it, and their workflow starts join it.
+        const traceparent = currentTraceparent();
         await writeOneStatement(deps, req, res, value, async (q) => {
-          const w = await writeEvent(q, {
-            tenantId,
-            taskId,
-            kind: v.kind,
-            body,
-            deadlineMs: deps.settings.DELIVERY_DEADLINE,
-            boundPerConfig: deps.settings.OUTBOX_BOUND_PER_CONFIG,
-            ...(leaseMs !== undefined ? { leaseMs } : {}),
-          });
+          const w = await inSpan(
+            'event write',
+            {
+              attributes: { 'db.system': 'postgresql', 'a2a_push.task_id': taskId, 'a2a_push.kind': v.kind },
+            },
+            async (set) => {
+              const written = await writeEvent(q, {
+                tenantId,
+                taskId,
+                kind: v.kind,
+                body,
+                deadlineMs: deps.settings.DELIVERY_DEADLINE,
+                boundPerConfig: deps.settings.OUTBOX_BOUND_PER_CONFIG,
+                ...(leaseMs !== undefined ? { leaseMs } : {}),
+                ...(traceparent ? { traceparent } : {}),
+              });
+              set({ 'a2a_push.event_id': written.eventId, 'a2a_push.deliveries': written.starts.length });
+              return written;
+            },
+          );
           return {
             status: 202,
             body: { eventId: w.eventId, deliveries: w.starts.map(({ id, configId }) => ({ id, configId })) },
             after: () => {
               eventWrites.inc();
               if (w.starts.length > 0)
-                if (leaseMs !== undefined) deps.dispatcher.startNow(tenantId, taskId, w.starts);
+                if (leaseMs !== undefined) deps.dispatcher.startNow(tenantId, taskId, w.starts, traceparent);
                 else deps.dispatcher.kick();
               if (w.superseded.length > 0) void wakeDeliveries(deps.temporal, w.superseded);
             },

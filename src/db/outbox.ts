@@ -128,6 +128,8 @@ export async function writeEvent(
     deadlineMs: number;
     boundPerConfig: number;
     leaseMs?: number;
+    /** The writing request's trace context, kept on the jobs for their workflow starts (src/tracing.ts). */
+    traceparent?: string;
   },
 ): Promise<WrittenEvent> {
   // One statement (migration 006): the event, its task's active configs (locked, which serialises
@@ -138,7 +140,7 @@ export async function writeEvent(
     o_config_ids: string[];
     o_urls: string[];
     o_superseded: string[];
-  }>('SELECT * FROM outbox_write_event($1, $2, $3, $4, $5, $6, $7, $8)', [
+  }>('SELECT * FROM outbox_write_event($1, $2, $3, $4, $5, $6, $7, $8, $9)', [
     e.tenantId,
     e.taskId,
     e.kind,
@@ -147,6 +149,7 @@ export async function writeEvent(
     currentRequestId() ?? null,
     e.leaseMs ?? null,
     e.boundPerConfig,
+    e.traceparent ?? null,
   ]);
   const r = w.rows[0]!;
   return {

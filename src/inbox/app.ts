@@ -14,6 +14,7 @@ import { inboxRequests } from '../metrics';
 import { sameCallbackHash, verifyCallbackCredential } from '../sealing/callback';
 import { validateStreamResponse } from '../stream-response';
 import { signalRegistration } from '../temporal';
+import { currentTraceparent, inSpan } from '../tracing';
 import { GroupCommit } from './group-commit';
 
 export interface InboxDeps {
@@ -58,6 +59,8 @@ interface Callback {
   taskId: string | null;
   kind: string;
   body: string;
+  /** Its request's span (tracing on): stored, so that the reconcile covering it can link to it. */
+  traceparent: string | null;
 }
 
 /**
@@ -147,7 +150,8 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
-  app.use(requestLogger(deps));
+  // An agent's traceparent is untrusted: a callback starts a trace of its own and only links to it.
+  app.use(requestLogger(deps, 'link'));
   app.use(opsRoutes(registry, ready));
   // Every answer of the callback route is counted once, here, whatever produced it (413 and 5xx too).
   app.use('/a2a/push', (_req, res, next) => {
@@ -179,17 +183,28 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
 
   const storer = new GroupCommit<Callback, Target | null>(
     async (items) => {
-      const stored = await db.query<Target & { ord: number }>(
-        'SELECT ord, id, tenant_id, agent_url, remote_task_id, inbox_pending FROM inbox_store($1, $2, $3, $4, $5, $6, $7)',
-        [
-          items.map((c) => c.registrationId),
-          items.map((c) => c.hash),
-          items.map((c) => c.taskId),
-          items.map((c) => c.kind),
-          items.map((c) => c.body),
-          settings.INBOX_BOUND_PER_REGISTRATION,
-          settings.INBOX_BOUND_TOTAL,
-        ],
+      // One span per store statement, in the trace of the callback that opened the batch and linked to
+      // every callback it stores (a batch joins callbacks of many traces).
+      const stored = await inSpan(
+        'inbox store',
+        {
+          attributes: { 'db.system': 'postgresql', 'a2a_push.callbacks': items.length },
+          links: items.map((c) => c.traceparent),
+        },
+        () =>
+          db.query<Target & { ord: number }>(
+            'SELECT ord, id, tenant_id, agent_url, remote_task_id, inbox_pending FROM inbox_store($1, $2, $3, $4, $5, $6, $7, $8)',
+            [
+              items.map((c) => c.registrationId),
+              items.map((c) => c.hash),
+              items.map((c) => c.taskId),
+              items.map((c) => c.kind),
+              items.map((c) => c.body),
+              settings.INBOX_BOUND_PER_REGISTRATION,
+              settings.INBOX_BOUND_TOTAL,
+              items.map((c) => c.traceparent),
+            ],
+          ),
       );
       const targets: Array<Target | null> = items.map(() => null);
       for (const { ord, ...target } of stored.rows) targets[ord - 1] = target;
@@ -293,6 +308,7 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
           taskId: v.taskId === undefined ? null : wellFormed(v.taskId),
           kind: v.kind,
           body: text,
+          traceparent: currentTraceparent() ?? null,
         });
       } catch (err) {
         if ((err as { code?: unknown }).code === LOCK_NOT_AVAILABLE) return busy();

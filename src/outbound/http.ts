@@ -21,6 +21,7 @@ import {
   type GuardRule,
   type Resolver,
 } from './guard';
+import { withClientSpan } from '../tracing';
 
 export interface OutboundOptions {
   policy: AddressPolicy;
@@ -296,9 +297,14 @@ function startDeadline(ms: number): {
   };
 }
 
-/** The Host header is the URL's; a caller-supplied one would split Host from SNI and the pinned name. */
+/**
+ * The Host header is the URL's; a caller-supplied one would split Host from SNI and the pinned name.
+ * Trace headers are this client's own: `traceparent` of the call's span (tracing on), never a
+ * caller's, and never `tracestate` (nr-llm's, not for third parties).
+ */
+const DROPPED_HEADERS = new Set(['host', 'traceparent', 'tracestate']);
 function withoutHost(headers: Iterable<[string, string]>): Array<[string, string]> {
-  return [...headers].filter(([k]) => k.toLowerCase() !== 'host');
+  return [...headers].filter(([k]) => !DROPPED_HEADERS.has(k.toLowerCase()));
 }
 
 const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
@@ -334,14 +340,28 @@ export function createOutboundClient(opts: OutboundOptions): OutboundClient {
     return e;
   };
 
+  // Each call runs in a client span (tracing on, src/tracing.ts) that gives it its traceparent header.
   async function request(req: OutboundRequest): Promise<OutboundResponse> {
     const url = refuseStatic(req.url);
+    return withClientSpan(
+      req.method,
+      url,
+      (trace) => send(req, url, trace),
+      (r) => r.status,
+    );
+  }
+
+  async function send(
+    req: OutboundRequest,
+    url: URL,
+    trace: Record<string, string>,
+  ): Promise<OutboundResponse> {
     const deadline = startDeadline(req.timeoutMs);
     try {
       const pending = undiciRequest(url, {
         dispatcher: agent,
         method: req.method,
-        headers: Object.fromEntries(withoutHost(Object.entries(req.headers ?? {}))),
+        headers: { ...Object.fromEntries(withoutHost(Object.entries(req.headers ?? {}))), ...trace },
         body: req.body ?? null,
         signal: deadline.signal,
         headersTimeout: req.timeoutMs,
@@ -368,12 +388,26 @@ export function createOutboundClient(opts: OutboundOptions): OutboundClient {
     // guard's, and any dispatcher or redirect in `init` is ignored here and overridden below.
     const normalised = input instanceof Request ? new Request(input, init) : new Request(url.href, init);
     const body = normalised.body === null ? undefined : Buffer.from(await normalised.arrayBuffer());
+    return withClientSpan(
+      normalised.method,
+      url,
+      (trace) => sendFetch(url, normalised, body, trace),
+      (r) => r.status,
+    );
+  }
+
+  async function sendFetch(
+    url: URL,
+    normalised: Request,
+    body: Buffer | undefined,
+    trace: Record<string, string>,
+  ): Promise<Response> {
     const callerSignal = normalised.signal;
     const deadline = startDeadline(fetchTimeoutMs);
     try {
       const pending = undiciFetch(url.href, {
         method: normalised.method,
-        headers: withoutHost(normalised.headers.entries()),
+        headers: [...withoutHost(normalised.headers.entries()), ...Object.entries(trace)],
         ...(body === undefined ? {} : { body }),
         redirect: 'manual',
         signal: AbortSignal.any([callerSignal, deadline.signal]),

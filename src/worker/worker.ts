@@ -12,6 +12,7 @@ import {
 import type { ActivityInboundCallsInterceptor, ActivityInterceptorsFactory } from '@temporalio/worker';
 import type { Logger } from 'pino';
 import { readRequestId, withRequestContext } from '../request-context';
+import { temporalWorkerTracing } from '../tracing';
 import express from 'express';
 import { createDeliveryActivities } from '../activities/delivery';
 import { createRegistrationActivities } from '../activities/registration';
@@ -45,7 +46,9 @@ export function installTemporalRuntime(logger: Logger): void {
  */
 export function temporalLogForwarder(logger: Logger): DefaultLogger {
   return new DefaultLogger('INFO', (entry) => {
-    const meta = entry.meta ?? {};
+    // Temporal's OpenTelemetry interceptor names the trace `trace_id`; our lines say `traceId`.
+    const { trace_id: traceId, span_id: spanId, trace_flags: _flags, ...meta } = entry.meta ?? {};
+    if (traceId !== undefined) Object.assign(meta, { traceId, spanId });
     const ours = meta.sdkComponent === 'workflow';
     if (!ours && entry.level !== 'WARN' && entry.level !== 'ERROR' && !logger.isLevelEnabled('debug')) return;
     const fn = entry.level === 'ERROR' ? 'error' : entry.level === 'WARN' ? 'warn' : ours ? 'info' : 'debug';
@@ -148,13 +151,29 @@ export const heartbeatInterceptor: ActivityInterceptorsFactory = (ctx) => ({
   },
 });
 
-/** The activity interceptors every worker runs (tests' in-process workers included). */
+/**
+ * The activity interceptors every worker runs (tests' in-process workers included); with tracing on,
+ * Temporal's OpenTelemetry interceptor first, so the activity and its log lines run in its span.
+ */
 export const activityInterceptors = (logger: Logger): ActivityInterceptorsFactory[] => [
+  ...(temporalWorkerTracing()?.activity ?? []),
   activityLogInterceptor(logger),
   heartbeatInterceptor,
 ];
 
 export const WORKFLOW_INTERCEPTOR_MODULES = [require.resolve('../workflows/interceptors')];
+
+/**
+ * The workflow interceptor modules bundled into the workflow code: ours, and Temporal's OpenTelemetry
+ * ones only while tracing is on (so a worker without OTEL_* settings bundles and loads none of them).
+ * The sinks export the workflow sandbox's spans.
+ */
+export function workflowTracing(): Pick<WorkerOptions, 'sinks'> & { workflowModules: string[] } {
+  const t = temporalWorkerTracing();
+  return t
+    ? { workflowModules: [...WORKFLOW_INTERCEPTOR_MODULES, ...t.workflowModules], sinks: t.sinks }
+    : { workflowModules: WORKFLOW_INTERCEPTOR_MODULES };
+}
 
 /** The workflow code: a prebuilt bundle in tests, the source path otherwise. */
 export type WorkflowSource = Pick<WorkerOptions, 'workflowBundle' | 'workflowsPath'>;
@@ -208,13 +227,15 @@ export class Workers {
     const client = new Client({ connection: o.connection, namespace: o.namespace });
     const activities = activitiesFor(rt, httpClient, client);
     const interceptors = { activity: activityInterceptors(rt.logger) };
+    const wf = workflowTracing();
     const main = await Worker.create({
       connection: o.connection,
       namespace: o.namespace,
       taskQueue: o.taskQueue,
       ...(o.source ?? defaultWorkflowSource()),
       activities,
-      interceptors: { ...interceptors, workflowModules: WORKFLOW_INTERCEPTOR_MODULES },
+      ...(wf.sinks ? { sinks: wf.sinks } : {}),
+      interceptors: { ...interceptors, workflowModules: wf.workflowModules },
       maxConcurrentActivityTaskExecutions: 200,
       // A backlog is thousands of deliveries asleep on timers: each cached run holds memory, and one that
       // wakes after eviction replays its few events. 500 keeps the worker's memory bounded (bench 6).

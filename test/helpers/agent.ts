@@ -57,6 +57,9 @@ export interface AgentCall {
   kind: 'card' | 'getTask' | 'createPushConfig' | 'deletePushConfig' | 'sendMessage' | 'other';
   authorization?: string;
   a2aVersion?: string;
+  /** the W3C trace headers the caller sent */
+  traceparent?: string;
+  tracestate?: string;
   at: number;
   body?: unknown;
 }
@@ -427,6 +430,10 @@ export async function startTestAgent(o: TestAgentOptions = {}): Promise<TestAgen
     if (authorization !== undefined) call.authorization = authorization;
     const a2aVersion = header(req, 'a2a-version');
     if (a2aVersion !== undefined) call.a2aVersion = a2aVersion;
+    const traceparent = header(req, 'traceparent');
+    if (traceparent !== undefined) call.traceparent = traceparent;
+    const tracestate = header(req, 'tracestate');
+    if (tracestate !== undefined) call.tracestate = tracestate;
     if (body !== undefined) call.body = body;
     calls.push(call);
     return call;

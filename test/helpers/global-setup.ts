@@ -8,11 +8,17 @@ import { registerNamespace } from '../../scripts/cluster/cluster';
 export const ROOT = path.resolve(__dirname, '..', '..');
 export const BUNDLE_PATH = path.join(ROOT, '.test-tmp', 'workflow-bundle.js');
 
-/** The production workflow code and interceptors, bundled once into `file` for workers and replay. */
-export async function writeWorkflowBundle(file: string): Promise<void> {
+/**
+ * The production workflow code and interceptors, bundled once into `file` for workers and replay;
+ * `extraInterceptors` adds modules (Temporal's OpenTelemetry ones, for the tracing test).
+ */
+export async function writeWorkflowBundle(file: string, extraInterceptors: string[] = []): Promise<void> {
   const { code } = await bundleWorkflowCode({
     workflowsPath: path.join(ROOT, 'src', 'workflows', 'index.ts'),
-    workflowInterceptorModules: [path.join(ROOT, 'src', 'workflows', 'interceptors.ts')],
+    workflowInterceptorModules: [
+      path.join(ROOT, 'src', 'workflows', 'interceptors.ts'),
+      ...extraInterceptors,
+    ],
     logger: {
       trace() {},
       debug() {},

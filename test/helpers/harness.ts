@@ -23,7 +23,8 @@ import { compilePolicy, createOutboundClient, type OutboundClient, type Resolver
 import type { Runtime } from '../../src/runtime';
 import { Keyring } from '../../src/sealing/keyring';
 import { activityInterceptors, temporalLogForwarder, Workers } from '../../src/worker/worker';
-import { requestIdClientInterceptor } from '../../src/request-context';
+import { clientInterceptors } from '../../src/temporal';
+import { temporalWorkerTracing } from '../../src/tracing';
 import { SEARCH_ATTRIBUTES } from '../../src/workflows/search-attributes';
 import pino from 'pino';
 import { createTestDb, type TestDb } from './db';
@@ -62,6 +63,8 @@ export interface StackOptions {
   resolver?: Resolver;
   /** Where the service logs (silent by default). */
   logger?: pino.Logger;
+  /** The workflow bundle (default: the global setup's, without tracing interceptors). */
+  workflowBundle?: string;
   /** Sees every request the inbox answers, with the headers as they arrived and the answer's status. */
   inboxTap?: (seen: InboxSeen) => void;
 }
@@ -129,8 +132,12 @@ export async function startStack(
     connection: temporal.nativeConnection,
     namespace: temporal.namespace ?? 'default',
     taskQueue,
-    source: { workflowBundle: { codePath: process.env.TEST_WORKFLOW_BUNDLE! } },
-    main: { interceptors: { activity: activityInterceptors(logger) } },
+    // A test that traces gives a bundle with Temporal's OpenTelemetry workflow interceptors in it.
+    source: { workflowBundle: { codePath: o.workflowBundle ?? process.env.TEST_WORKFLOW_BUNDLE! } },
+    main: {
+      ...(temporalWorkerTracing() ? { sinks: temporalWorkerTracing()!.sinks } : {}),
+      interceptors: { activity: activityInterceptors(logger) },
+    },
   });
   const running = worker.run();
 
@@ -290,7 +297,7 @@ export async function connectDevServer() {
   const client = new Client({
     connection,
     namespace,
-    interceptors: { workflow: [requestIdClientInterceptor] },
+    interceptors: { workflow: clientInterceptors() },
   });
   const nativeConnection = await NativeConnection.connect({ address });
   return {

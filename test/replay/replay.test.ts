@@ -7,7 +7,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Worker } from '@temporalio/worker';
 import { quietTemporal } from '../helpers/harness';
-import { defaultWorkflowSource, WORKFLOW_INTERCEPTOR_MODULES } from '../../src/worker/worker';
+import {
+  defaultWorkflowSource,
+  WORKFLOW_INTERCEPTOR_MODULES,
+  workflowTracing,
+} from '../../src/worker/worker';
+import { shutdownTracing, startTracing } from '../../src/tracing';
 import { decodedPayloads, historyFromObject } from './history-payloads';
 
 jest.setTimeout(120_000);
@@ -77,4 +82,32 @@ it('every saved history replays without a nondeterminism error', async () => {
       ...(r.error ? { error: `${r.error.name}: ${r.error.message}` } : {}),
     });
   expect(results).toEqual(histories.map((h) => ({ workflowId: h.workflowId })));
+});
+
+it("every saved history also replays with Temporal's OpenTelemetry workflow interceptors (tracing turned on later)", async () => {
+  quietTemporal();
+  // Replay calls no sink, so nothing is exported to this address where nothing listens.
+  process.env.OTEL_EXPORTER_OTLP_ENDPOINT = 'http://127.0.0.1:9';
+  expect(startTracing('a2a-push-replay')).toBe(true);
+  try {
+    const wf = workflowTracing();
+    expect(wf.workflowModules.some((m) => m.includes('interceptors-opentelemetry'))).toBe(true);
+    const histories = files.map((f) => ({
+      workflowId: f.replace(/\.json$/, ''),
+      history: historyFromObject(load(f)),
+    }));
+    const results: Array<{ workflowId: string; error?: string }> = [];
+    for await (const r of Worker.runReplayHistories(
+      { ...defaultWorkflowSource(), interceptors: { workflowModules: wf.workflowModules }, sinks: wf.sinks },
+      histories,
+    ))
+      results.push({
+        workflowId: r.workflowId,
+        ...(r.error ? { error: `${r.error.name}: ${r.error.message}` } : {}),
+      });
+    expect(results).toEqual(histories.map((h) => ({ workflowId: h.workflowId })));
+  } finally {
+    await shutdownTracing();
+    delete process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
+  }
 });

@@ -14,6 +14,7 @@ import {
   type Settings,
 } from '../../src/config';
 import { SEARCH_ATTRIBUTES } from '../../src/workflows/search-attributes';
+import { OTEL_SETTING_NAMES, tracingRequested } from '../../src/tracing';
 import { GOTOOLCHAIN, TEMPORAL_SERVER_VERSION } from '../../scripts/cluster/cluster';
 
 const ROOT = path.resolve(__dirname, '..', '..');
@@ -202,11 +203,37 @@ describe('docker-compose.yml', () => {
   it.each(PROCESSES)('%s: the defaults written in the file are the schema defaults', (p) => {
     const raw = envOf(services[p]!);
     const defaults = settingsSchema.parse({});
-    const withDefault = Object.entries(raw).filter(([, v]) => /^\$\{[A-Z0-9_]+:?-[^}]*\}$/.test(v));
+    // OTEL_* defaults wire the processes to this file's trace backend (the next test), where the
+    // schema's default is no tracing at all.
+    const withDefault = Object.entries(raw).filter(
+      ([k, v]) => !k.startsWith('OTEL_') && /^\$\{[A-Z0-9_]+:?-[^}]*\}$/.test(v),
+    );
     expect(withDefault.length).toBeGreaterThan(0);
     const settings = loadSettings(processEnv(p));
     for (const [k] of withDefault)
       expect([k, settings[k as keyof Settings]]).toEqual([k, defaults[k as keyof Settings]]);
+  });
+
+  it.each(PROCESSES)(
+    '%s exports traces to the jaeger service, under its own service name, with only the OTEL_* names src/tracing.ts knows',
+    (p) => {
+      const otel = Object.keys(envOf(services[p]!)).filter((k) => k.startsWith('OTEL_'));
+      expect(otel.filter((k) => !(OTEL_SETTING_NAMES as readonly string[]).includes(k))).toEqual([]);
+      const env = processEnv(p);
+      expect(tracingRequested(env)).toBe(true);
+      const s = loadSettings(env);
+      const endpoint = new URL(s.OTEL_EXPORTER_OTLP_ENDPOINT!);
+      expect([endpoint.hostname, endpoint.port]).toEqual(['jaeger', '4318']);
+      expect(s.OTEL_EXPORTER_OTLP_PROTOCOL).toBe('http/protobuf');
+      expect(s.OTEL_SERVICE_NAME).toBe(`a2a-push-${p}`);
+      // Turned off from the environment of `docker compose`.
+      expect(tracingRequested(processEnv(p, { ...SAMPLES, OTEL_SDK_DISABLED: 'true' }))).toBe(false);
+    },
+  );
+
+  it('runs a Jaeger that receives OTLP over HTTP and serves its UI', () => {
+    expect(imageName(services.jaeger)).toBe('jaegertracing/jaeger');
+    expect(services.jaeger!.ports).toContainEqual('16686:16686');
   });
 
   it('passes every other setting through from the environment of `docker compose`', () => {

@@ -1,4 +1,5 @@
-import { loadSettings, parseDuration } from '../../src/config';
+import { loadSettings, parseDuration, SETTING_NAMES } from '../../src/config';
+import { OTEL_SETTING_NAMES, tracingRequested } from '../../src/tracing';
 
 describe('settings', () => {
   it('has the contract defaults', () => {
@@ -43,11 +44,48 @@ describe('settings', () => {
     ['OUTBOUND_ALLOW_CIDRS', '10.0.0.0/33'],
     ['OUTBOUND_DENY_CIDRS', 'nonsense'],
     ['DATABASE_URL', 'not a url'],
+    ['OTEL_TRACES_SAMPLER', 'parentbased_always'],
+    ['OTEL_TRACES_SAMPLER_ARG', '1.5'],
+    ['OTEL_EXPORTER_OTLP_ENDPOINT', 'collector:4318'],
+    ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'ftp://collector/v1/traces'],
+    ['OTEL_EXPORTER_OTLP_PROTOCOL', 'http'],
+    ['OTEL_TRACES_EXPORTER', 'jaeger'],
+    ['OTEL_SDK_DISABLED', 'yes'],
+    ['OTEL_BSP_SCHEDULE_DELAY', '5s'],
+    ['OTEL_RESOURCE_ATTRIBUTES', 'deployment.environment'],
   ])('a bad %s stops the start with a message naming it', (name, value) => {
     expect(() => loadSettings({ [name]: value })).toThrow(name);
   });
   it('cross-checks RETRY_INITIAL ≤ RETRY_MAX and POLL_INITIAL ≤ POLL_MAX', () => {
     expect(() => loadSettings({ RETRY_INITIAL: '2h', RETRY_MAX: '1h' })).toThrow('RETRY_INITIAL');
     expect(() => loadSettings({ POLL_INITIAL: '1h', POLL_MAX: '1m' })).toThrow('POLL_INITIAL');
+  });
+  it('takes the standard OTEL_* values, and never repeats a bad OTEL_EXPORTER_OTLP_HEADERS (it may hold a credential)', () => {
+    const s = loadSettings({
+      OTEL_EXPORTER_OTLP_ENDPOINT: 'http://jaeger:4318',
+      OTEL_EXPORTER_OTLP_PROTOCOL: 'http/protobuf',
+      OTEL_SERVICE_NAME: 'a2a-push-api',
+      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+      OTEL_TRACES_SAMPLER_ARG: '0.25',
+      OTEL_RESOURCE_ATTRIBUTES: 'deployment.environment=prod,service.namespace=nr',
+      OTEL_EXPORTER_OTLP_HEADERS: 'authorization=Bearer abc',
+    });
+    expect(s.OTEL_TRACES_SAMPLER).toBe('parentbased_traceidratio');
+    expect(() => loadSettings({ OTEL_EXPORTER_OTLP_HEADERS: 'secret-header-value' })).toThrow(
+      /OTEL_EXPORTER_OTLP_HEADERS: .*key=value/,
+    );
+    expect(() => loadSettings({ OTEL_EXPORTER_OTLP_HEADERS: 'secret-header-value' })).not.toThrow(
+      'secret-header-value',
+    );
+  });
+  it('turns tracing on with any OTEL_* setting, off with none, OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none', () => {
+    expect(tracingRequested({})).toBe(false);
+    expect(tracingRequested({ OTEL_SERVICE_NAME: 'x' })).toBe(true);
+    expect(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318' })).toBe(true);
+    expect(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: ' ' })).toBe(false);
+    expect(tracingRequested({ OTEL_SERVICE_NAME: 'x', OTEL_SDK_DISABLED: 'TRUE' })).toBe(false);
+    expect(tracingRequested({ OTEL_SERVICE_NAME: 'x', OTEL_TRACES_EXPORTER: 'none' })).toBe(false);
+    // Every name that turns it on is one the schema checks.
+    for (const n of OTEL_SETTING_NAMES) expect(SETTING_NAMES).toContain(n);
   });
 });

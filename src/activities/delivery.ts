@@ -27,8 +27,12 @@ export interface AttemptInput {
   attempt: number;
   now: number;
   jitter: number;
-  /** The lane this call runs in (its task queue): absent is the fast lane. */
-  lane?: 'slow';
+  /**
+   * The lane this call runs in (its task queue). `fast` from the workflow that knows lanes: a target
+   * in the slow lane then takes no slot here. Absent (a run of the workflow before lanes): the call
+   * takes its slot wherever it runs, as that workflow cannot move.
+   */
+  lane?: 'slow' | 'fast';
 }
 
 export interface AttemptOutput {
@@ -232,6 +236,14 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
         );
         return { status: cur.rows[0]!.status, attempts: cur.rows[0]!.attempt_count, outcome: c.outcome };
       }
+      if (status === 'delivered')
+        // A 2xx resets config health's clock (moved at most once a minute per config).
+        await tx.query(
+          `UPDATE push_configs SET health_since = to_timestamp($2::bigint / 1000.0)
+            WHERE row_id = $1
+              AND (health_since IS NULL OR health_since < to_timestamp($2::bigint / 1000.0) - interval '1 minute')`,
+          [ctx.config_row_id, input.now],
+        );
       if (c.configStatus) {
         const cu = await tx.query(
           `UPDATE push_configs SET status = $2, status_reason = $3, status_changed_at = now()
@@ -265,15 +277,25 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     if (jobIds.length > 0) void deps.wake(jobIds).catch(() => undefined);
   }
 
-  /** The job leaves its target's line or slot (if it had either): the freed room goes to the next waiter. */
-  async function leaveTarget(jobId: string, url: string, health: CallHealth = 'neutral'): Promise<void> {
+  /**
+   * Who holds a slot or a place in line: the job's attempt, so that a stale run of an attempt (timed
+   * out by Temporal while still on the wire) can never give back the slot of the job's next attempt.
+   */
+  const holderOf = (jobId: string, n: number) => `${jobId}:${n}`;
+
+  /** The attempt leaves its target's line or slot (if it had either): the freed room goes to the next waiter. */
+  async function leaveTarget(
+    input: AttemptInput,
+    url: string,
+    health: CallHealth = 'neutral',
+  ): Promise<void> {
     let target: string;
     try {
       target = targetOf(url);
     } catch {
       return;
     }
-    wakeLater(await deps.slots.release(target, jobId, health));
+    wakeLater(await deps.slots.release(target, holderOf(input.jobId, input.attempt), health));
   }
 
   /**
@@ -283,16 +305,12 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
    */
   async function checkConfigHealth(ctx: Context, jobId: string, now: number): Promise<void> {
     const stopped = await inTx(db, async (tx) => {
+      // On the config row: a 2xx being recorded holds it, and this waits and sees the clock it set.
       const r = await tx.query(
-        `WITH s AS (
-           SELECT max(a.started_at) FILTER (WHERE a.outcome = 'delivered') AS last_ok, min(a.started_at) AS first
-             FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id
-            WHERE j.config_row_id = $1)
-         UPDATE push_configs c SET status = 'stopped', status_reason = 'failing', status_changed_at = now()
-           FROM s
-          WHERE c.row_id = $1 AND c.status = 'active' AND c.deleted_at IS NULL
-            AND coalesce(s.last_ok, s.first) <= to_timestamp(($2::bigint - $3::bigint) / 1000.0)
-          RETURNING c.row_id`,
+        `UPDATE push_configs SET status = 'stopped', status_reason = 'failing', status_changed_at = now()
+          WHERE row_id = $1 AND status = 'active' AND deleted_at IS NULL
+            AND health_since <= to_timestamp(($2::bigint - $3::bigint) / 1000.0)
+          RETURNING row_id`,
         [ctx.config_row_id, now, deps.failingAfterMs],
       );
       if (!r.rowCount) return false;
@@ -341,7 +359,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     const out = await attemptOnce(input, ctx);
     if (out.waitMs === undefined && isFinished(out.status) && out.status !== 'delivered') {
       // Finished without a request in this call, or with one: nothing of it may keep a slot or a place.
-      if (out.outcome === undefined) await leaveTarget(input.jobId, ctx.url);
+      if (out.outcome === undefined) await leaveTarget(input, ctx.url);
       if (endedUndelivered(out.status, out.attempts)) await checkConfigHealth(ctx, input.jobId, input.now);
     }
     return { ...out, maxAttempts: deps.retry.maxAttempts };
@@ -370,7 +388,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       // A worker died during this attempt's request: it counts, and the next one follows after the
       // usual wait. Its slot (held by the dead worker's lease) goes back now.
       deliveriesTotal.inc({ outcome: 'interrupted' });
-      await leaveTarget(input.jobId, ctx.url);
+      await leaveTarget(input, ctx.url);
       return recordOutcome(
         input,
         ctx,
@@ -401,7 +419,13 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     if (verdict.ok) {
       target = targetOf(ctx.url);
       const inSlowLane = input.lane === 'slow';
-      const slot = await deps.slots.acquire(target, input.jobId, ctx.tenant_id, 'push', !inSlowLane);
+      const slot = await deps.slots.acquire(
+        target,
+        holderOf(input.jobId, n),
+        ctx.tenant_id,
+        'push',
+        input.lane === 'fast',
+      );
       wakeLater(slot.granted);
       if (!slot.acquired) {
         const base = {
@@ -421,12 +445,16 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     const started = await db.query(
       `WITH j AS (
          UPDATE delivery_jobs SET status = 'in_flight', attempt_count = $2, next_attempt_at = NULL
-          WHERE id = $1 AND status IN ('queued', 'waiting_retry') RETURNING id)
+          WHERE id = $1 AND status IN ('queued', 'waiting_retry') RETURNING id),
+       -- Config health's clock starts at the config's first attempt.
+       h AS (
+         UPDATE push_configs SET health_since = to_timestamp($3::bigint / 1000.0)
+          WHERE row_id = $4 AND health_since IS NULL AND EXISTS (SELECT 1 FROM j))
        INSERT INTO delivery_attempts (job_id, n, started_at) SELECT id, $2, to_timestamp($3::bigint / 1000.0) FROM j`,
-      [input.jobId, n, input.now],
+      [input.jobId, n, input.now, ctx.config_row_id],
     );
     if (started.rowCount === 0) {
-      if (target) await leaveTarget(input.jobId, ctx.url);
+      if (target) await leaveTarget(input, ctx.url);
       return currentStatus(input.jobId);
     }
 
@@ -443,23 +471,25 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
         'x-a2a-push-delivery': input.jobId,
       };
       if (credential !== undefined) headers.authorization = `Bearer ${credential}`;
-      result = await deps.slots.holding(target!, input.jobId, () => post(ctx.url, headers, ctx.body));
+      result = await deps.slots.holding(target!, holderOf(input.jobId, n), () =>
+        post(ctx.url, headers, ctx.body),
+      );
     }
     const durationMs = Math.round(performance.now() - t0);
     const c = classifyAttempt(result, Date.now());
     let health: CallHealth = 'neutral';
     if (target) {
       // A call that timed out, could not connect or took more than half its time marks its target
-      // for the slow lane; a 2xx clears the mark.
+      // for the slow lane; a 2xx clears the mark (however long it took).
       health =
         result.kind === 'error' && ['timeout', 'connection', 'dns'].includes(result.code)
           ? 'suspect'
-          : durationMs > deps.timeoutMs / 2
-            ? 'suspect'
-            : c.outcome === 'delivered'
-              ? 'healthy'
+          : c.outcome === 'delivered'
+            ? 'healthy'
+            : durationMs > deps.timeoutMs / 2
+              ? 'suspect'
               : 'neutral';
-      await leaveTarget(input.jobId, ctx.url, health).catch((err: unknown) =>
+      await leaveTarget(input, ctx.url, health).catch((err: unknown) =>
         // The lease runs out by itself; the outcome must still be recorded.
         contextLogger(logger).warn({ err: (err as Error).message }, 'releasing a host slot failed'),
       );

@@ -14,6 +14,11 @@ export interface SlotSettings {
   leaseMs: number;
   /** How long a place in line is kept without its waiter coming back. */
   waitMs: number;
+  /**
+   * How long a slot granted to a waiter is kept for it to come and take; one not taken goes back in
+   * line at the waiter's place.
+   */
+  grantMs: number;
   /** How long a target that timed out, refused or was slow stays in the slow lane. */
   suspectMs: number;
 }
@@ -22,6 +27,7 @@ export const DEFAULT_SLOT_SETTINGS: Omit<SlotSettings, 'capacity'> = {
   // The delivery activity's heartbeat timeout: a killed worker's slot comes back no later than that.
   leaseMs: 20_000,
   waitMs: 15 * 60_000,
+  grantMs: 2 * 60_000,
   suspectMs: 10 * 60_000,
 };
 
@@ -67,7 +73,7 @@ export class HostSlots {
     refuseSuspect = false,
   ): Promise<Acquired> {
     const r = await this.db.query<{ o_acquired: boolean; o_suspect: boolean; o_granted: string[] }>(
-      'SELECT * FROM outbound_acquire($1, $2, $3, $4, $5, $6, $7)',
+      'SELECT * FROM outbound_acquire($1, $2, $3, $4, $5, $6, $7, $8)',
       [
         target,
         holder,
@@ -76,6 +82,7 @@ export class HostSlots {
         this.settings.leaseMs,
         this.settings.waitMs,
         refuseSuspect,
+        this.settings.grantMs,
       ],
     );
     const row = r.rows[0]!;
@@ -91,8 +98,16 @@ export class HostSlots {
     tx: Db | Tx = this.db,
   ): Promise<string[]> {
     const r = await tx.query<{ outbound_release: string }>(
-      'SELECT outbound_release($1, $2, $3, $4, $5, $6)',
-      [target, holder, this.settings.capacity, this.settings.leaseMs, health, this.settings.suspectMs],
+      'SELECT outbound_release($1, $2, $3, $4, $5, $6, $7)',
+      [
+        target,
+        holder,
+        this.settings.capacity,
+        this.settings.grantMs,
+        health,
+        this.settings.suspectMs,
+        this.settings.waitMs,
+      ],
     );
     return r.rows.map((x) => x.outbound_release);
   }

@@ -62,8 +62,10 @@ export const slowLaneOf = (taskQueue: string) => `${taskQueue}-slow`;
 export function activitiesFor(rt: Runtime, httpClient: OutboundClient, client: Client) {
   const s = requireSettings(rt.settings, ['PUBLIC_BASE_URL']);
   const slots = new HostSlots(rt.db, { ...DEFAULT_SLOT_SETTINGS, capacity: s.OUTBOUND_HOST_CONCURRENCY });
-  // Slots are held by delivery jobs (their ids) and agent calls (`reg:<id>`): only jobs have a workflow to wake.
-  const wake = (ids: string[]) => wakeDeliveries(client, ids.filter(isUuid));
+  // Slots are held by delivery attempts (`<jobId>:<n>`) and agent calls (`reg:<id>`): only jobs have a
+  // workflow to wake.
+  const wake = (holders: string[]) =>
+    wakeDeliveries(client, [...new Set(holders.map((h) => h.split(':')[0]!))].filter(isUuid));
   const registration = createRegistrationActivities({
     db: rt.db,
     keyring: rt.keyring,

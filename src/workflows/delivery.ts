@@ -64,7 +64,7 @@ export async function deliveryWorkflow({ jobId }: DeliveryInput): Promise<Delive
             { jobId, attempt, now: Date.now(), jitter: Math.random(), lane },
           ])
         : await attemptDelivery.executeWithOptions({ summary: plan }, [
-            { jobId, attempt, now: Date.now(), jitter: Math.random() },
+            { jobId, attempt, now: Date.now(), jitter: Math.random(), lane: 'fast' },
           ]);
     lane = r.lane;
     if (lane) state.lane = lane;

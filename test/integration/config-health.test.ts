@@ -36,7 +36,8 @@ const acts = () =>
     http,
     policy,
     retry: { initialMs: DAY, factor: 1, maxMs: DAY, maxAttempts: 8 },
-    timeoutMs: 2_000,
+    // Long enough that no answer here is slow enough to mark the target for the slow lane.
+    timeoutMs: 60_000,
     logger: pino({ level: 'silent' }),
     slots: new HostSlots(tdb.db, { ...DEFAULT_SLOT_SETTINGS, capacity: 8 }),
     wake: async () => undefined,

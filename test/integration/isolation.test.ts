@@ -58,7 +58,7 @@ const waiters = async () =>
       'SELECT holder FROM outbound_waiters WHERE target = $1 ORDER BY seq',
       [`127.0.0.1:${held.port}`],
     )
-  ).rows.map((r) => r.holder);
+  ).rows.map((r) => r.holder.split(':')[0]!);
 
 const attemptCount = async (jobId: string) =>
   Number(
@@ -90,9 +90,11 @@ describe('host isolation (bound 2, dev server)', () => {
       expect(await attemptCount(id)).toBe(0);
     }
     // What an operator sees of a waiter: the status query (the Web UI's details say the same).
-    const st = await temporal.client.workflow
-      .getHandle(makeDeliveryWorkflowId(inLine[0]!))
-      .query(deliveryStatusQuery);
+    // (The row is written before the workflow has the activity's answer: wait for the workflow's view.)
+    const st = await eventually(
+      () => temporal.client.workflow.getHandle(makeDeliveryWorkflowId(inLine[0]!)).query(deliveryStatusQuery),
+      (q) => q.waitingForSlot !== undefined,
+    );
     expect(st).toMatchObject({ status: 'queued', attempts: 0, waitingForSlot: `127.0.0.1:${held.port}` });
 
     // Another target is not held back by the full one.
@@ -191,7 +193,9 @@ describe('host isolation (bound 2, dev server)', () => {
       );
       expect(agent.calls.filter((c) => c.kind !== 'card')).toEqual([]);
       // One of the other calls ends: the freed slot goes to the registration, whose calls then go out.
-      await stack.tdb.db.query(`SELECT outbound_release($1, 'other-1', 2, 20000, 'neutral', 0)`, [target]);
+      await stack.tdb.db.query(`SELECT outbound_release($1, 'other-1', 2, 120000, 'neutral', 0, 900000)`, [
+        target,
+      ]);
       await eventually(
         async () => agent.calls.filter((c) => c.kind === 'getTask').length,
         (n) => n >= 1,
@@ -211,7 +215,7 @@ describe('host isolation (bound 2, dev server)', () => {
   it('a target that timed out is served from the slow lane (its own task queue) until a 2xx clears it', async () => {
     const q = `${queue}-lanes`;
     const lanes = await startStack(temporal, q, {
-      env: { DELIVERY_TIMEOUT: '1s', RETRY_INITIAL: '1s', RETRY_MAX: '2s' },
+      env: { DELIVERY_TIMEOUT: '4s', RETRY_INITIAL: '1s', RETRY_MAX: '2s' },
     });
     const target = await startReceiver();
     try {
@@ -236,7 +240,7 @@ describe('host isolation (bound 2, dev server)', () => {
         )
           .filter((e) => e.activityTaskScheduledEventAttributes)
           .map((e) => e.activityTaskScheduledEventAttributes!.taskQueue!.name);
-      // Attempt 1 timed out in the fast lane; attempt 2 ran in the slow lane and was delivered.
+      // Attempt 1 timed out (4 s) in the fast lane; attempt 2 ran in the slow lane and was delivered.
       expect(await queues(first)).toEqual([q, `${q}-slow`]);
       const mark = await lanes.tdb.db.query('SELECT suspect_until FROM outbound_targets WHERE target = $1', [
         `127.0.0.1:${target.port}`,

@@ -65,6 +65,8 @@ export interface StackOptions {
   logger?: pino.Logger;
   /** Sees every request the inbox answers, with the headers as they arrived and the answer's status. */
   inboxTap?: (seen: InboxSeen) => void;
+  /** How often a long-poll re-reads the feed without a notification (the API's default: 1 s). */
+  feedRecheckMs?: number;
 }
 
 export interface InboxSeen {
@@ -150,7 +152,7 @@ export async function startStack(
       deadlineMs: settings.DELIVERY_DEADLINE,
     }),
   });
-  const feed = new FeedNotifier(tdb.url, silent);
+  const feed = new FeedNotifier(tdb.url, silent, o.feedRecheckMs);
   await feed.start();
   const deps: ApiDeps = {
     ...rt,

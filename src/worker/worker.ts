@@ -21,6 +21,7 @@ import { createRegistry } from '../metrics';
 import type { OutboundClient } from '../outbound';
 import { pgReachable } from '../db/pool';
 import type { Runtime } from '../runtime';
+import { temporalReachable, type ReachableConnection } from '../temporal';
 
 let runtimeInstalled = false;
 
@@ -190,10 +191,14 @@ export async function createWorker(
   });
 }
 
-/** The worker's own small listener: health, readiness and metrics on WORKER_PORT. */
+/**
+ * The worker's own small listener: health, readiness and metrics on WORKER_PORT. Ready: Postgres
+ * answers, the worker is running, and the Temporal server answers on the worker's connection.
+ */
 export function startWorkerListener(
   rt: Runtime,
   worker: () => Worker | undefined,
+  connection: ReachableConnection,
   port: number,
 ): http.Server {
   const registry = createRegistry('worker');
@@ -201,7 +206,7 @@ export function startWorkerListener(
   app.use(
     opsRoutes(registry, async () => ({
       postgres: await pgReachable(rt.db),
-      temporal: worker()?.getState() === 'RUNNING',
+      temporal: worker()?.getState() === 'RUNNING' && (await temporalReachable(connection)),
     })),
   );
   return app.listen(port, '0.0.0.0');

@@ -22,6 +22,7 @@ import { TEMPORAL_TEST_SERVER } from '../../src/embedded/temporal';
 import { createRegistry } from '../../src/metrics';
 import { compilePolicy, createOutboundClient, type OutboundClient, type Resolver } from '../../src/outbound';
 import type { Runtime } from '../../src/runtime';
+import { serviceReadiness } from '../../src/services';
 import { Keyring } from '../../src/sealing/keyring';
 import { activitiesFor, activityInterceptors, temporalLogForwarder } from '../../src/worker/worker';
 import { requestIdClientInterceptor } from '../../src/request-context';
@@ -161,13 +162,10 @@ export async function startStack(
     temporal: temporal.client,
     dispatcher,
   };
-  const app = createApiApp({ ...deps, feed }, createRegistry('api'), async () => ({
-    postgres: true,
-    temporal: true,
-  }));
-  const inbox = createInboxApp({ ...rt, temporal: temporal.client }, createRegistry('inbox'), async () => ({
-    postgres: true,
-  }));
+  // The production checks of /readyz, on this stack's database and Temporal connection.
+  const ready = serviceReadiness(tdb.db, temporal.client.connection);
+  const app = createApiApp({ ...deps, feed }, createRegistry('api'), ready);
+  const inbox = createInboxApp({ ...rt, temporal: temporal.client }, createRegistry('inbox'), ready);
   inboxServer.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     const tap = o.inboxTap;
     if (tap) {

@@ -30,6 +30,10 @@ export type ScriptedAnswer =
       delayMs?: number;
       /** send the headers and `body`, then never finish the response */
       stall?: boolean;
+      /** send the headers and `body`, then one more byte every this many ms, never finishing */
+      trickleMs?: number;
+      /** answer only once this settles (after `delayMs`) */
+      until?: Promise<unknown>;
     }
   | { destroy: true }
   | { hang: true };
@@ -110,11 +114,20 @@ export async function startReceiver(
         timers.add(t);
       });
     }
+    if (a.until) await a.until.catch(() => undefined);
     if (res.destroyed) return;
     res.writeHead(a.status, a.headers);
-    if (a.stall) {
+    if (a.stall || a.trickleMs) {
       res.flushHeaders();
       if (a.body) res.write(a.body);
+      if (a.trickleMs) {
+        const t = setInterval(() => res.write('.'), a.trickleMs);
+        timers.add(t);
+        res.once('close', () => {
+          clearInterval(t);
+          timers.delete(t);
+        });
+      }
       return;
     }
     res.end(a.body);

@@ -11,9 +11,10 @@ import { FeedNotifier } from './api/feed-notifier';
 import { createInboxApp } from './inbox/app';
 import { requireSettings } from './config';
 import { pgReachable, type Db } from './db/pool';
+import { temporalReachable, type ReachableConnection } from './temporal';
 import { createRegistry } from './metrics';
 import { createHttp, type Runtime } from './runtime';
-import { connectTemporal, temporalReachable, type ReachableConnection } from './temporal';
+import { connectTemporal } from './temporal';
 import { startRetentionTimer } from './retention';
 import {
   boundHeapGrowth,
@@ -190,7 +191,7 @@ export async function startWorker(
     taskQueue: s.TASK_QUEUE,
     ...(source ? { source } : {}),
   });
-  const listener = trackConnections(startWorkerListener(rt, () => worker, connection, s.WORKER_PORT));
+  const listener = trackConnections(startWorkerListener(rt, () => worker, s.WORKER_PORT, connection));
   const run = worker.run();
   return {
     name: 'worker',

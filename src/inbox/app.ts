@@ -76,6 +76,17 @@ const STORE_QUEUE_MAX = 4_096;
 /** SQLSTATE lock_not_available: the store waited longer than its lock_timeout for a registration row. */
 const LOCK_NOT_AVAILABLE = '55P03';
 
+/** The coalescer's time: the wall clock and timers, or a test's own clock. */
+export interface CoalescerClock {
+  now(): number;
+  sleep(ms: number): Promise<void>;
+}
+
+const realClock: CoalescerClock = {
+  now: () => Date.now(),
+  sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+};
+
 /**
  * Coalesces workflow signals per registration. `signal` is for a registration's first unprocessed
  * callback: it goes out at once, unless one is in flight, in which case newer callbacks only mark the
@@ -128,17 +139,6 @@ export class SignalCoalescer<T extends { id: string }> {
     void loop();
   }
 }
-
-/** The coalescer's time: the wall clock and timers, or a test's own clock. */
-export interface CoalescerClock {
-  now(): number;
-  sleep(ms: number): Promise<void>;
-}
-
-const realClock: CoalescerClock = {
-  now: () => Date.now(),
-  sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
-};
 
 /** A late callback (resolved, failed or deleted registration) is answered 200 and only counted. */
 const countLate = (db: Pick<Db, 'query'>, id: string) =>

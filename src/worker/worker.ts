@@ -198,8 +198,8 @@ export async function createWorker(
 export function startWorkerListener(
   rt: Runtime,
   worker: () => Worker | undefined,
-  connection: ReachableConnection,
   port: number,
+  connection: ReachableConnection,
 ): http.Server {
   const registry = createRegistry('worker');
   const app = express();

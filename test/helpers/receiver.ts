@@ -28,12 +28,12 @@ export type ScriptedAnswer =
       body?: string;
       /** wait before answering */
       delayMs?: number;
+      /** answer once this settles (the test holds the request on the wire until it says so) */
+      gate?: Promise<unknown>;
       /** send the headers and `body`, then never finish the response */
       stall?: boolean;
       /** send the headers and `body`, then one more byte every this many ms, never finishing */
       trickleMs?: number;
-      /** answer only once this settles (after `delayMs`) */
-      until?: Promise<unknown>;
     }
   | { destroy: true }
   | { hang: true };
@@ -114,7 +114,7 @@ export async function startReceiver(
         timers.add(t);
       });
     }
-    if (a.until) await a.until.catch(() => undefined);
+    if (a.gate) await a.gate.catch(() => undefined);
     if (res.destroyed) return;
     res.writeHead(a.status, a.headers);
     if (a.stall || a.trickleMs) {

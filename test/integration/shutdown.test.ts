@@ -212,7 +212,7 @@ it('worker: SIGTERM lets the activity in flight finish (the push lands, the job 
 
   // The push is answered only when the test says so, so SIGTERM finds it in flight.
   let answer!: () => void;
-  receiver.setScript(() => ({ status: 200, body: 'ok', until: new Promise<void>((r) => (answer = r)) }));
+  receiver.setScript(() => ({ status: 200, body: 'ok', gate: new Promise<void>((r) => (answer = r)) }));
   await receiver.waitFor(1, 20_000); // the POST has arrived and waits for its answer
   worker.proc.kill('SIGTERM');
   await waitForOutput(worker, 'SIGTERM received');

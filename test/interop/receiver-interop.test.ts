@@ -4,6 +4,7 @@
  * and CreateTaskPushNotificationConfig. Real Postgres, the run's Temporal dev server, HTTPS on 127.0.0.1.
  */
 import crypto from 'node:crypto';
+import { makeRegistrationWorkflowId } from '../../src/ids';
 import {
   connectDevServer,
   eventually,
@@ -156,7 +157,9 @@ describe.each([
         remoteState: 'TASK_STATE_COMPLETED',
         remoteTaskId: taskId,
       });
-      // The terminal item is written with the resolution, and the workflow has ended: nothing follows.
+      // The run has ended (its last step deletes the remote push config, best effort): nothing of this
+      // registration reaches the agent or the feed after this, and the next test starts clean.
+      await temporal.client.workflow.getHandle(makeRegistrationWorkflowId(reg.id)).result();
       const feed = await feedOf(pushStack, reg.id);
       expect(feed.map((i) => [i.kind, i.state, i.terminal])).toEqual([
         ['state', 'TASK_STATE_INPUT_REQUIRED', false],

@@ -415,7 +415,7 @@ describe('the client', () => {
     const closing = createOutboundClient({ policy: loopback, resolver, ca: tls.caPem });
     let answer!: () => void;
     const answered = new Promise<void>((r) => (answer = r));
-    rx.setScript(() => ({ status: 200, body: 'late', until: answered }));
+    rx.setScript(() => ({ status: 200, body: 'late', gate: answered }));
     const seen = rx.requests.length;
     const order: string[] = [];
     const pending = closing.request(get(rx.url)).then((r) => {

@@ -5,12 +5,13 @@ import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { NativeConnection } from '@temporalio/worker';
 import { Gauge } from 'prom-client';
-import { createApiApp } from './api/app';
+import { createApiApp, type Probe } from './api/app';
 import { Dispatcher, queuedCount } from './api/dispatcher';
 import { FeedNotifier } from './api/feed-notifier';
 import { createInboxApp } from './inbox/app';
 import { requireSettings } from './config';
-import { pgReachable } from './db/pool';
+import { pgReachable, type Db } from './db/pool';
+import { temporalReachable, type ReachableConnection } from './temporal';
 import { createRegistry } from './metrics';
 import { createHttp, type Runtime } from './runtime';
 import { connectTemporal } from './temporal';
@@ -68,14 +69,13 @@ const closeServer = (server: http.Server) =>
     server.once('close', () => clearInterval(sweep));
   });
 
-async function temporalReachable(client: ReturnType<typeof connectTemporal>['client']): Promise<boolean> {
-  try {
-    await client.connection.workflowService.getSystemInfo({});
-    return true;
-  } catch {
-    return false;
-  }
-}
+/** /readyz of the api and the inbox: Postgres and Temporal reachable. */
+export const serviceReadiness =
+  (db: Db, temporal: ReachableConnection): Probe =>
+  async () => ({
+    postgres: await pgReachable(db),
+    temporal: await temporalReachable(temporal),
+  });
 
 export async function startApi(rt: Runtime): Promise<Service & { dispatcher: Dispatcher; port: number }> {
   // PUBLIC_BASE_URL: embedded registrations hand out callback URLs built on it.
@@ -122,10 +122,11 @@ export async function startApi(rt: Runtime): Promise<Service & { dispatcher: Dis
   const registry = createRegistry('api', [queued, unprocessed]);
   const feed = new FeedNotifier(requireSettings(rt.settings, ['DATABASE_URL']).DATABASE_URL, rt.logger);
   await feed.start();
-  const app = createApiApp({ ...rt, temporal: client, dispatcher, feed }, registry, async () => ({
-    postgres: await pgReachable(rt.db),
-    temporal: await temporalReachable(client),
-  }));
+  const app = createApiApp(
+    { ...rt, temporal: client, dispatcher, feed },
+    registry,
+    serviceReadiness(rt.db, connection),
+  );
   const server = trackConnections(http.createServer(app));
   const port = await listen(server, s.API_PORT);
   dispatcher.start();
@@ -155,10 +156,7 @@ export async function startInbox(rt: Runtime): Promise<Service & { port: number 
     taskQueue: s.TASK_QUEUE,
   });
   const registry = createRegistry('inbox');
-  const { app } = createInboxApp({ ...rt, temporal: client }, registry, async () => ({
-    postgres: await pgReachable(rt.db),
-    temporal: await temporalReachable(client),
-  }));
+  const { app } = createInboxApp({ ...rt, temporal: client }, registry, serviceReadiness(rt.db, connection));
   const server =
     s.INBOX_TLS_CERT && s.INBOX_TLS_KEY
       ? https.createServer(
@@ -194,7 +192,7 @@ export async function startWorker(
     taskQueue: s.TASK_QUEUE,
     ...(source ? { source } : {}),
   });
-  const listener = trackConnections(startWorkerListener(rt, () => worker, s.WORKER_PORT));
+  const listener = trackConnections(startWorkerListener(rt, () => worker, s.WORKER_PORT, connection));
   const run = worker.run();
   return {
     name: 'worker',

@@ -37,6 +37,25 @@ export function connectTemporal(s: TemporalSettings): { client: Client; connecti
   };
 }
 
+/** What a readiness check needs of a client `Connection` or a worker's `NativeConnection`. */
+export interface ReachableConnection {
+  workflowService: { getSystemInfo(req: object): Promise<unknown> };
+  withDeadline<R>(deadline: number | Date, fn: () => Promise<R>): Promise<R>;
+}
+
+/**
+ * For /readyz: true when the Temporal frontend answers within 2 s. Without the deadline the client's
+ * own retries of an unreachable server made one check take about 19 s.
+ */
+export async function temporalReachable(connection: ReachableConnection): Promise<boolean> {
+  try {
+    await connection.withDeadline(Date.now() + 2_000, () => connection.workflowService.getSystemInfo({}));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export interface JobToStart {
   id: string;
   tenantId: string;

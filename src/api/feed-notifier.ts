@@ -5,7 +5,8 @@ import { FEED_CHANNEL } from '../db/registrations';
 
 /**
  * One LISTEN connection per API process: feed writers NOTIFY the tenant at commit, and long-polling
- * readers wake at once. Readers also re-read on a short timer, so a lost connection only slows them.
+ * readers wake at once. Readers also re-read every `recheckMs` (1 s), so a lost connection only slows
+ * them.
  */
 // Not a tenant id (tenant ids match [A-Za-z0-9._~:-]).
 const STOP = ' stop';
@@ -19,6 +20,8 @@ export class FeedNotifier {
   constructor(
     private readonly url: string,
     private readonly logger: Logger,
+    /** How often a long-poll re-reads the feed without a notification. */
+    readonly recheckMs = 1000,
   ) {
     this.emitter.setMaxListeners(0);
   }

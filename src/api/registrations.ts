@@ -225,7 +225,7 @@ export function registrationRoutes(deps: ApiDeps & { feed: FeedNotifier }): Rout
         res.once('close', () => aborted.abort());
         let items = await readFeed(deps.db, tenantId, q.after, q.limit);
         while (items.length === 0 && Date.now() < until && !aborted.signal.aborted && !deps.feed.stopping) {
-          await deps.feed.wait(tenantId, Math.min(1000, until - Date.now()), aborted.signal);
+          await deps.feed.wait(tenantId, Math.min(deps.feed.recheckMs, until - Date.now()), aborted.signal);
           items = await readFeed(deps.db, tenantId, q.after, q.limit);
         }
         res.json({ items: items.map(feedItemView), nextCursor: items.at(-1)?.cursor ?? q.after });

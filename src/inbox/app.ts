@@ -79,6 +79,17 @@ const STORE_QUEUE_MAX = 4_096;
 /** SQLSTATE lock_not_available: the store waited longer than its lock_timeout for a registration row. */
 const LOCK_NOT_AVAILABLE = '55P03';
 
+/** The coalescer's time: the wall clock and timers, or a test's own clock. */
+export interface CoalescerClock {
+  now(): number;
+  sleep(ms: number): Promise<void>;
+}
+
+const realClock: CoalescerClock = {
+  now: () => Date.now(),
+  sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)),
+};
+
 /**
  * Coalesces workflow signals per registration. `signal` is for a registration's first unprocessed
  * callback: it goes out at once, unless one is in flight, in which case newer callbacks only mark the
@@ -91,19 +102,20 @@ const LOCK_NOT_AVAILABLE = '55P03';
  */
 export class SignalCoalescer<T extends { id: string }> {
   private readonly state = new Map<string, { dirty: boolean }>();
-  private readonly recent: LRUCache<string, true>;
+  /** When this process last signalled each registration successfully (by `clock.now()`). */
+  private readonly recent = new LRUCache<string, number>({ max: 100_000 });
   constructor(
     private readonly send: (t: T) => Promise<void>,
     private readonly minIntervalMs = 1_000,
-    refreshMs = 10_000,
-  ) {
-    this.recent = new LRUCache<string, true>({ max: 100_000, ttl: refreshMs });
-  }
+    private readonly refreshMs = 10_000,
+    private readonly clock: CoalescerClock = realClock,
+  ) {}
   inFlight(): number {
     return this.state.size;
   }
   remind(t: T): void {
-    if (!this.recent.has(t.id)) this.signal(t);
+    const last = this.recent.get(t.id);
+    if (last === undefined || this.clock.now() - last >= this.refreshMs) this.signal(t);
   }
   signal(t: T): void {
     const s = this.state.get(t.id);
@@ -116,14 +128,14 @@ export class SignalCoalescer<T extends { id: string }> {
     const loop = async () => {
       for (;;) {
         entry.dirty = false;
-        const began = Date.now();
+        const began = this.clock.now();
         await this.send(t).then(
-          () => this.recent.set(t.id, true),
+          () => this.recent.set(t.id, this.clock.now()),
           () => this.recent.delete(t.id),
         );
         if (!entry.dirty) break;
-        const wait = this.minIntervalMs - (Date.now() - began);
-        if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+        const wait = this.minIntervalMs - (this.clock.now() - began);
+        if (wait > 0) await this.clock.sleep(wait);
       }
       this.state.delete(t.id);
     };

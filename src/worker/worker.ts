@@ -26,6 +26,7 @@ import { wakeDeliveries } from '../temporal';
 import { isUuid } from '../ids';
 import { Client } from '@temporalio/client';
 import type { Runtime } from '../runtime';
+import { temporalReachable, type ReachableConnection } from '../temporal';
 
 let runtimeInstalled = false;
 
@@ -276,18 +277,22 @@ export class Workers {
   }
 }
 
-/** The worker's own small listener: health, readiness and metrics on WORKER_PORT. */
+/**
+ * The worker's own small listener: health, readiness and metrics on WORKER_PORT. Ready: Postgres
+ * answers, the worker is running, and the Temporal server answers on the worker's connection.
+ */
 export function startWorkerListener(
   rt: Runtime,
   worker: () => Pick<Workers, 'getState'> | undefined,
   port: number,
+  connection: ReachableConnection,
 ): http.Server {
   const registry = createRegistry('worker');
   const app = express();
   app.use(
     opsRoutes(registry, async () => ({
       postgres: await pgReachable(rt.db),
-      temporal: worker()?.getState() === 'RUNNING',
+      temporal: worker()?.getState() === 'RUNNING' && (await temporalReachable(connection)),
     })),
   );
   return app.listen(port, '0.0.0.0');

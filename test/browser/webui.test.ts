@@ -28,7 +28,8 @@ import { startReceiver, type Receiver } from '../helpers/receiver';
 
 jest.setTimeout(90_000);
 
-// Debian's chromium; CHROMIUM_PATH overrides it (a missing path skips the check).
+// Debian's chromium; CHROMIUM_PATH overrides it. A missing browser fails the check, never skips it:
+// scripts/ci-browser.sh installs it, so a green browser step always means the check ran.
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 
 // Without the background-networking flags chromium keeps reaching outside (refused here).
@@ -46,16 +47,14 @@ const CHROMIUM_ARGS = [
 // WEBUI_TEMPORAL=cluster: the same check on a real Temporal server and the ui-server of `npm run cluster`.
 const ON_CLUSTER = process.env.WEBUI_TEMPORAL === 'cluster';
 const OUT = ON_CLUSTER ? 'webui-cluster' : 'webui';
-const SKIP_REASON = `${CHROMIUM} is missing (apt-get install -y chromium, or run scripts/ci-browser.sh)`;
+const MISSING = `${CHROMIUM} is missing (apt-get install -y chromium, or run scripts/ci-browser.sh)`;
 const OUT_DIR = path.resolve(__dirname, '..', '..', 'test-output', OUT);
 const hasChromium = fs.existsSync(CHROMIUM);
-if (!hasChromium) console.warn(`Web UI browser check skipped: ${SKIP_REASON}`);
-const describeIfChromium = hasChromium ? describe : describe.skip;
 
-describeIfChromium(
+describe(
   hasChromium
     ? `Temporal Web UI (chromium, ${ON_CLUSTER ? 'real Temporal server' : 'dev server'})`
-    : `Temporal Web UI: skipped, ${SKIP_REASON}`,
+    : `Temporal Web UI: fails, ${MISSING}`,
   () => {
     let server: { address: string; uiUrl?: string; stop(): Promise<void> };
     let clusterChild: ChildProcess | undefined;
@@ -69,6 +68,7 @@ describeIfChromium(
     const otherTaskId = `${taskId}-other`;
 
     beforeAll(async () => {
+      if (!hasChromium) throw new Error(MISSING);
       quietTemporal();
       const uiPort = await freePort();
       if (ON_CLUSTER) {

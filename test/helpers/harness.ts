@@ -21,6 +21,7 @@ import { TEMPORAL_TEST_SERVER } from '../../src/embedded/temporal';
 import { createRegistry } from '../../src/metrics';
 import { compilePolicy, createOutboundClient, type OutboundClient, type Resolver } from '../../src/outbound';
 import type { Runtime } from '../../src/runtime';
+import { serviceReadiness } from '../../src/services';
 import { Keyring } from '../../src/sealing/keyring';
 import { activityInterceptors, temporalLogForwarder, Workers } from '../../src/worker/worker';
 import { clientInterceptors } from '../../src/temporal';
@@ -67,6 +68,8 @@ export interface StackOptions {
   workflowBundle?: string;
   /** Sees every request the inbox answers, with the headers as they arrived and the answer's status. */
   inboxTap?: (seen: InboxSeen) => void;
+  /** How often a long-poll re-reads the feed without a notification (the API's default: 1 s). */
+  feedRecheckMs?: number;
 }
 
 export interface InboxSeen {
@@ -156,7 +159,7 @@ export async function startStack(
       deadlineMs: settings.DELIVERY_DEADLINE,
     }),
   });
-  const feed = new FeedNotifier(tdb.url, silent);
+  const feed = new FeedNotifier(tdb.url, silent, o.feedRecheckMs);
   await feed.start();
   const deps: ApiDeps = {
     ...rt,
@@ -165,13 +168,10 @@ export async function startStack(
     temporal: temporal.client,
     dispatcher,
   };
-  const app = createApiApp({ ...deps, feed }, createRegistry('api'), async () => ({
-    postgres: true,
-    temporal: true,
-  }));
-  const inbox = createInboxApp({ ...rt, temporal: temporal.client }, createRegistry('inbox'), async () => ({
-    postgres: true,
-  }));
+  // The production checks of /readyz, on this stack's database and Temporal connection.
+  const ready = serviceReadiness(tdb.db, temporal.client.connection);
+  const app = createApiApp({ ...deps, feed }, createRegistry('api'), ready);
+  const inbox = createInboxApp({ ...rt, temporal: temporal.client }, createRegistry('inbox'), ready);
   inboxServer.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     const tap = o.inboxTap;
     if (tap) {

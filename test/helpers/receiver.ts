@@ -32,6 +32,8 @@ export type ScriptedAnswer =
       gate?: Promise<unknown>;
       /** send the headers and `body`, then never finish the response */
       stall?: boolean;
+      /** send the headers and `body`, then one more byte every this many ms, never finishing */
+      trickleMs?: number;
     }
   | { destroy: true }
   | { hang: true };
@@ -115,9 +117,17 @@ export async function startReceiver(
     if (a.gate) await a.gate.catch(() => undefined);
     if (res.destroyed) return;
     res.writeHead(a.status, a.headers);
-    if (a.stall) {
+    if (a.stall || a.trickleMs) {
       res.flushHeaders();
       if (a.body) res.write(a.body);
+      if (a.trickleMs) {
+        const t = setInterval(() => res.write('.'), a.trickleMs);
+        timers.add(t);
+        res.once('close', () => {
+          clearInterval(t);
+          timers.delete(t);
+        });
+      }
       return;
     }
     res.end(a.body);

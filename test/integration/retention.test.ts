@@ -330,13 +330,36 @@ describe('startRetentionTimer', () => {
     }
   });
 
-  it('does nothing after stop', async () => {
+  it('does nothing after stop; without the stop its first run comes', async () => {
     const reg = await registration();
     await feedItem(reg, 40 * DAY);
-    const { logger } = fakeLogger();
-    startRetentionTimer(db, RETENTION, logger, 50, 50).stop();
-    await new Promise((r) => setTimeout(r, 200));
+    const { logger, calls } = fakeLogger();
+    // Counts the runs that begin (each begins by taking a connection) and goes no further.
+    let connects = 0;
+    const counting = {
+      connect: () => {
+        connects++;
+        return Promise.reject(new Error('counted only'));
+      },
+    } as unknown as Db;
+    // On jest's clock: every timer the cleanup left behind is run out, no real time passes.
+    jest.useFakeTimers();
+    try {
+      const started = startRetentionTimer(counting, RETENTION, logger, 50, 50);
+      jest.advanceTimersByTime(49);
+      started.stop();
+      jest.runAllTimers();
+      expect(connects).toBe(0);
+      // The same without stop: its first run starts at 50 ms.
+      const running = startRetentionTimer(counting, RETENTION, logger, 50, 50);
+      jest.advanceTimersByTime(50);
+      running.stop();
+      expect(connects).toBe(1);
+    } finally {
+      jest.useRealTimers();
+    }
     expect(await count('feed_items')).toBe(1);
+    expect(calls).toEqual([]);
   });
 
   it('lets one process at a time run a pass (advisory lock)', async () => {

@@ -129,17 +129,16 @@ describe('sender end to end (dev server, HTTP API)', () => {
         () => jobRow(slow, id),
         (j) => j.status === 'waiting_retry',
       );
-      const t0 = Date.now();
       expect(
         (await slow.api('/v1/tasks/task-del/pushNotificationConfigs/c', { method: 'DELETE' })).status,
       ).toBe(204);
+      // Cancelled at all means the wake ended the 10-minute wait (no clock needed to tell).
       const j = await eventually(
         () => jobRow(slow, id),
         (j) => j.status === 'cancelled',
-        10_000,
+        60_000,
       );
       expect(j.reason).toBe('config_deleted');
-      expect(Date.now() - t0).toBeLessThan(10_000);
       expect(r.requests).toHaveLength(1);
       // The workflow ended too.
       const handle = temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id));

@@ -4,11 +4,11 @@
  * and CreateTaskPushNotificationConfig. Real Postgres, the run's Temporal dev server, HTTPS on 127.0.0.1.
  */
 import crypto from 'node:crypto';
+import { makeRegistrationWorkflowId } from '../../src/ids';
 import {
   connectDevServer,
   eventually,
   json,
-  sleep,
   startStack,
   type InboxSeen,
   type Json,
@@ -28,7 +28,7 @@ import {
 jest.setTimeout(90_000);
 
 let temporal: Awaited<ReturnType<typeof connectDevServer>>;
-/** Default polling (POLL_INITIAL 30 s): what resolves a registration here within seconds is a push. */
+/** Polling only every hour: whatever moves a registration here is a push (or the id's arrival). */
 let pushStack: Stack;
 /** Polling every 1-2 s and a bound of one unprocessed callback: resolution without pushes, 429s. */
 let pollStack: Stack;
@@ -41,7 +41,10 @@ beforeAll(async () => {
   temporal = await connectDevServer();
   const push: InboxSeen[] = [];
   const poll: InboxSeen[] = [];
-  pushStack = await startStack(temporal, queue(), { env: {}, inboxTap: (s) => push.push(s) });
+  pushStack = await startStack(temporal, queue(), {
+    env: { POLL_INITIAL: '1h', POLL_MAX: '1h' },
+    inboxTap: (s) => push.push(s),
+  });
   pollStack = await startStack(temporal, queue(), {
     env: { POLL_INITIAL: '1s', POLL_MAX: '2s', INBOX_BOUND_PER_REGISTRATION: '1' },
     inboxTap: (s) => poll.push(s),
@@ -146,16 +149,17 @@ describe.each([
       const completedAt = Date.now();
       await agent.command(taskId, 'TASK_STATE_COMPLETED');
       const done = await until(pushStack, reg.id, (r) => r.status === 'resolved', 15_000);
+      // Recorded for docs/interop.md, not checked (bench/ times things). No poll comes within the hour:
+      // the pushes made our workflow call GetTask.
       const completedMs = Date.now() - completedAt;
       expect(done).toMatchObject({
         status: 'resolved',
         remoteState: 'TASK_STATE_COMPLETED',
         remoteTaskId: taskId,
       });
-      // Well inside POLL_INITIAL (30 s): the pushes made our workflow call GetTask.
-      expect(inputMs).toBeLessThan(15_000);
-      expect(completedMs).toBeLessThan(15_000);
-      await sleep(500);
+      // The run has ended (its last step deletes the remote push config, best effort): nothing of this
+      // registration reaches the agent or the feed after this, and the next test starts clean.
+      await temporal.client.workflow.getHandle(makeRegistrationWorkflowId(reg.id)).result();
       const feed = await feedOf(pushStack, reg.id);
       expect(feed.map((i) => [i.kind, i.state, i.terminal])).toEqual([
         ['state', 'TASK_STATE_INPUT_REQUIRED', false],
@@ -331,6 +335,7 @@ describe.each(['js', 'python'] as PeerKind[])('%s reference SDK agent against ou
   });
 
   it('a config with only a token (no authentication): the SDK sends only the token header; 401, nothing stored; polling resolves it', async () => {
+    const errorsBefore = (await agent.senderErrors()).length;
     const reg = await register(pollStack, { mode: 'embedded', agent: { url: agent.url } });
     const cfg = reg.pushNotificationConfig;
     const credential: string = cfg.authentication.credentials;
@@ -360,14 +365,16 @@ describe.each(['js', 'python'] as PeerKind[])('%s reference SDK agent against ou
     expect(await storedCallbacks(pollStack, reg.id)).toBe(0);
     const feed = await feedOf(pollStack, reg.id);
     expect(feed.filter((i) => i.terminal)).toHaveLength(1);
-    // One POST per event, none repeated after the 401.
-    await sleep(1500);
+    // One POST per event, none repeated after the 401: counted once the SDK has reported giving up on
+    // both (it reports a push only when it is done with it).
+    const errors = await eventually(
+      () => agent.senderErrors(),
+      (e) => e.length >= errorsBefore + 2,
+    );
     const pushes = await agent.pushesTo(cfg.url);
     expect(payloadKinds(pushes.map((p) => p.body))).toEqual(['task', 'statusUpdate']);
     expect(pushes.map((p) => p.status)).toEqual([401, 401]);
     expect(inboxSaw(pollStack, reg.id).map((s) => s.status)).toEqual([401, 401]);
-    const errors = await agent.senderErrors();
-    expect(errors.length).toBeGreaterThanOrEqual(2);
     measured[`${kind}.tokenOnly`] = {
       headers: describeHeaders(first[0]!, credential),
       inboxAnswers: inboxSaw(pollStack, reg.id).map((s) => s.status),
@@ -381,6 +388,7 @@ describe.each(['js', 'python'] as PeerKind[])('%s reference SDK agent against ou
   });
 
   it('a 429 from our bound (Retry-After: 5): the SDK drops that push, never retries it; the task still resolves', async () => {
+    const errorsBefore = (await agent.senderErrors()).length;
     const reg = await register(pollStack, { mode: 'embedded', agent: { url: agent.url } });
     const cfg = reg.pushNotificationConfig;
     const taskId = await sendMessage(agent.url, {
@@ -396,7 +404,11 @@ describe.each(['js', 'python'] as PeerKind[])('%s reference SDK agent against ou
       (s) => s.length >= 2,
     );
     expect(limited.map((s) => s.status)).toEqual([200, 429]);
-    const limitedAt = limited[1]!.at;
+    // The SDK is done with the 429'd push (it reports it failed) rather than keeping it for a retry.
+    await eventually(
+      () => agent.senderErrors(),
+      (e) => e.length >= errorsBefore + 1,
+    );
     await pollStack.api(`/v1/registrations/${reg.id}/remote-task`, {
       method: 'POST',
       json: { remoteTaskId: taskId },
@@ -412,8 +424,7 @@ describe.each(['js', 'python'] as PeerKind[])('%s reference SDK agent against ou
     await agent.command(taskId, 'TASK_STATE_COMPLETED');
     const done = await until(pollStack, reg.id, (r) => r.status === 'resolved');
     expect(done.remoteState).toBe('TASK_STATE_COMPLETED');
-    // Past the Retry-After the 429 carried, and still no second try of the dropped push.
-    await sleep(Math.max(0, limitedAt + 6000 - Date.now()));
+    // No second try of the dropped push: it was reported failed, and every later push came after it.
     const pushes = await agent.pushesTo(cfg.url);
     expect(payloadKinds(pushes.map((p) => p.body))).toEqual([
       'task',
@@ -429,7 +440,6 @@ describe.each(['js', 'python'] as PeerKind[])('%s reference SDK agent against ou
     measured[`${kind}.rateLimited`] = {
       inboxAnswers: inboxSaw(pollStack, reg.id).map((s) => s.status),
       retried: false,
-      watchedMsAfter429: Date.now() - limitedAt,
       senderLogged: errors
         .slice(-1)[0]
         ?.replace(/[0-9a-f-]{36}/g, '<id>')
@@ -439,14 +449,14 @@ describe.each(['js', 'python'] as PeerKind[])('%s reference SDK agent against ou
 });
 
 describe('each reference SDK sender against a receiver that never answers', () => {
-  it('gives up after its timeout (JS 5 s, Python httpx 5 s), once, and only logs it', async () => {
+  // How long each SDK waits (5 s for both, machine.md) is not timed here: bench/ times things.
+  it('gives up after its timeout, once, and only logs it', async () => {
     const hanging = await startReceiver({ path: '/hang', script: () => ({ hang: true }) });
     const peers = await Promise.all((['js', 'python'] as PeerKind[]).map((k) => startPeer(k)));
     try {
       const results = await Promise.all(
         peers.map(async (agent) => {
           const url = `${hanging.url}/${agent.kind}`;
-          const t0 = Date.now();
           await sendMessage(agent.url, {
             id: 'hang',
             url,
@@ -458,18 +468,14 @@ describe('each reference SDK sender against a receiver that never answers', () =
             (e) => e.length >= 1,
             15_000,
           );
-          const gaveUpAfterMs = Date.now() - t0;
-          await sleep(1000);
+          // Counted once the SDK has reported giving up (a retry would come before that report).
           const arrived = hanging.requests.filter((r) => r.path === `/hang/${agent.kind}`);
-          return { kind: agent.kind, gaveUpAfterMs, attempts: arrived.length, logged: errors[0]! };
+          return { kind: agent.kind, attempts: arrived.length, logged: errors[0]! };
         }),
       );
       for (const r of results) {
         expect(r.attempts).toBe(1);
-        expect(r.gaveUpAfterMs).toBeGreaterThanOrEqual(4500);
-        expect(r.gaveUpAfterMs).toBeLessThan(9000);
         measured[`${r.kind}.timeout`] = {
-          gaveUpAfterMs: r.gaveUpAfterMs,
           attempts: r.attempts,
           logged: r.logged.replace(/[0-9a-f-]{36}/g, '<id>').replace(/https:\/\/\S+/g, '<url>'),
         };

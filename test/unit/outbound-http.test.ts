@@ -381,30 +381,31 @@ describe('the client', () => {
     expect(other.connections).toBe(0);
   });
 
-  it('times out a receiver that never answers, within the timeout', async () => {
+  // How long a timeout takes is not measured here (bench/ times things): these show that the call
+  // ends as a timeout at all, where nothing but the client's deadline can end it.
+  it('times out a receiver that never answers', async () => {
     rx.setScript(() => ({ hang: true }));
-    const t0 = Date.now();
     const err = await outcome(client.request(get(rx.url, { timeoutMs: 300 })));
     expect(err.code).toBe('timeout');
-    expect(Date.now() - t0).toBeGreaterThanOrEqual(290);
-    expect(Date.now() - t0).toBeLessThan(300 + 400);
   });
 
-  it('bounds the whole exchange: headers then a stalled body also time out', async () => {
-    rx.setScript(() => ({ status: 200, headers: { 'content-length': '100' }, body: 'partial', stall: true }));
-    const t0 = Date.now();
+  it('bounds the whole exchange: a body that keeps arriving, a byte at a time, still times out', async () => {
+    // Each byte comes well within the per-read timeout: only a deadline on the whole exchange ends it.
+    rx.setScript(() => ({
+      status: 200,
+      headers: { 'content-length': '100000' },
+      body: 'partial',
+      trickleMs: 50,
+    }));
     const err = await outcome(client.request(get(rx.url, { timeoutMs: 300 })));
     expect(err.code).toBe('timeout');
-    expect(Date.now() - t0).toBeLessThan(300 + 400);
   });
 
   it('bounds the whole exchange: a resolver that never answers times out', async () => {
     const stuck = createOutboundClient({ policy: loopback, resolver: () => new Promise(() => undefined) });
     try {
-      const t0 = Date.now();
       const err = await outcome(stuck.request(get(`https://receiver.test:${rx.port}/`, { timeoutMs: 200 })));
       expect(err.code).toBe('timeout');
-      expect(Date.now() - t0).toBeLessThan(200 + 400);
     } finally {
       await stuck.close();
     }
@@ -412,10 +413,20 @@ describe('the client', () => {
 
   it('close() waits for calls in flight, then refuses new ones', async () => {
     const closing = createOutboundClient({ policy: loopback, resolver, ca: tls.caPem });
-    rx.setScript(() => ({ status: 200, body: 'late', delayMs: 150 }));
-    const pending = closing.request(get(rx.url));
-    await new Promise((r) => setTimeout(r, 20));
-    await closing.close();
+    let answer!: () => void;
+    const answered = new Promise<void>((r) => (answer = r));
+    rx.setScript(() => ({ status: 200, body: 'late', gate: answered }));
+    const seen = rx.requests.length;
+    const order: string[] = [];
+    const pending = closing.request(get(rx.url)).then((r) => {
+      order.push('answer');
+      return r;
+    });
+    await rx.waitFor(seen + 1); // the call is on the wire
+    const closed = closing.close().then(() => order.push('closed'));
+    answer();
+    await closed;
+    expect(order).toEqual(['answer', 'closed']);
     expect((await pending).body.toString()).toBe('late');
     expect(await outcome(closing.request(get(rx.url)))).toMatchObject({ code: 'connection' });
   });
@@ -497,10 +508,8 @@ describe('the client', () => {
       rx.setScript(() => ({ status: 200, body: 'z'.repeat(5000) }));
       const res = await short.fetch(rx.url);
       expect((await res.arrayBuffer()).byteLength).toBe(1000);
-      rx.setScript(() => ({ status: 200, body: 'part', stall: true }));
-      const t0 = Date.now();
+      rx.setScript(() => ({ status: 200, body: 'part', trickleMs: 50 }));
       expect(await outcome(short.fetch(rx.url))).toMatchObject({ code: 'timeout' });
-      expect(Date.now() - t0).toBeLessThan(300 + 400);
     } finally {
       await short.close();
     }
@@ -509,8 +518,10 @@ describe('the client', () => {
   it("the guarded fetch leaves the caller's own abort as an AbortError", async () => {
     rx.setScript(() => ({ hang: true }));
     const controller = new AbortController();
+    const seen = rx.requests.length;
     const p = client.fetch(rx.url, { signal: controller.signal });
-    setTimeout(() => controller.abort(), 50);
+    await rx.waitFor(seen + 1);
+    controller.abort();
     await expect(p).rejects.toMatchObject({ name: 'AbortError' });
   });
 });

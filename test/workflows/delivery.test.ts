@@ -8,6 +8,7 @@ import {
   configRow,
   createConfig,
   createTimeSkippingEnv,
+  eventually,
   jobRow,
   json,
   startStack,
@@ -293,9 +294,11 @@ describe('bounds, deletion and supersession (time-skipping)', () => {
     const ev = await writeEvent(stack, taskId, { task: { id: taskId } });
     await receiver.waitFor(1);
     const jobId = ev.deliveries[0]!.id;
-    // Wait until the job is in its backoff wait.
-    for (let i = 0; i < 100 && (await jobRow(stack, jobId)).status !== 'waiting_retry'; i++)
-      await new Promise((r) => setTimeout(r, 50));
+    // Wait until the job is in its backoff wait (the test fails if it never gets there).
+    await eventually(
+      () => jobRow(stack!, jobId),
+      (j) => j.status === 'waiting_retry',
+    );
     const del = await stack.api(`/v1/tasks/${taskId}/pushNotificationConfigs/cfg`, { method: 'DELETE' });
     expect(del.status).toBe(204);
     const r = await result(jobId);

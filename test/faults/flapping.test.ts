@@ -133,12 +133,15 @@ it('a seeded flapping receiver: every job ends delivered or exhausted, ≤ 8 att
     for (const job of jobs) {
       const h = await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(job.id)).fetchHistory();
       const after = new Map<number, number>();
-      let attemptsScheduled = 0;
       for (const e of h.events ?? []) {
-        if (e.activityTaskScheduledEventAttributes?.activityType?.name === 'attemptDelivery')
-          attemptsScheduled += 1;
         const t = e.timerStartedEventAttributes?.startToFireTimeout;
-        if (t) after.set(attemptsScheduled, Number(t.seconds ?? 0) * 1000 + (t.nanos ?? 0) / 1e6);
+        if (!t) continue;
+        // A retry's timer says which attempt it follows ("attempt 3 of 8 (http_503), waiting 12 s");
+        // a wait for a slot at a full target ("waiting for a slot at host H") is no retry and uses none.
+        const data = e.userMetadata?.summary?.data;
+        const summary = data ? (JSON.parse(Buffer.from(data).toString()) as string) : '';
+        const m = /^attempt (\d+) of /.exec(summary);
+        if (m) after.set(Number(m[1]), Number(t.seconds ?? 0) * 1000 + (t.nanos ?? 0) / 1e6);
       }
       timers.set(job.id, after);
     }

@@ -2,7 +2,7 @@ import { describePlan } from '../../src/delivery/schedule';
 import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
-import type { Client } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import {
   DefaultLogger,
@@ -23,6 +23,8 @@ import { compilePolicy, createOutboundClient, type OutboundClient, type Resolver
 import type { Runtime } from '../../src/runtime';
 import { serviceReadiness } from '../../src/services';
 import { Keyring } from '../../src/sealing/keyring';
+import { makeDeliveryWorkflowId } from '../../src/ids';
+import type { DeliveryResult } from '../../src/workflows/delivery';
 import { activityInterceptors, temporalLogForwarder, Workers } from '../../src/worker/worker';
 import { clientInterceptors } from '../../src/temporal';
 import { temporalWorkerTracing } from '../../src/tracing';
@@ -333,3 +335,18 @@ export async function eventually<T>(
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export type Json = any;
 export const json = async (r: Response | Promise<Response>): Promise<Json> => (await r).json();
+
+/**
+ * The result of a delivery's workflow, once the dispatcher has started it (WorkflowNotFound until
+ * then). On the time-skipping server, the wait moves the server's clock.
+ */
+export async function deliveryResult(client: Client, jobId: string): Promise<DeliveryResult> {
+  for (;;) {
+    try {
+      return (await client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).result()) as DeliveryResult;
+    } catch (err) {
+      if (!(err instanceof WorkflowNotFoundError)) throw err;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+}

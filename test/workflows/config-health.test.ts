@@ -1,11 +1,10 @@
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { WorkflowNotFoundError } from '@temporalio/client';
-import { makeDeliveryWorkflowId } from '../../src/ids';
 import type { DeliveryResult } from '../../src/workflows/delivery';
 import {
   configRow,
   createConfig,
   createTimeSkippingEnv,
+  deliveryResult,
   json,
   startStack,
   writeEvent,
@@ -31,16 +30,7 @@ afterEach(async () => {
   receiver = undefined;
 });
 
-async function result(jobId: string): Promise<DeliveryResult> {
-  for (;;) {
-    try {
-      return (await env.client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).result()) as DeliveryResult;
-    } catch (err) {
-      if (!(err instanceof WorkflowNotFoundError)) throw err;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-}
+const result = (jobId: string) => deliveryResult(env.client, jobId);
 
 /**
  * A config whose receiver answers `answers` in order; retries 7 days apart (× U(0.8, 1.2): 5.6 to

@@ -1,13 +1,12 @@
-import { WorkflowNotFoundError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { makeDeliveryWorkflowId } from '../../src/ids';
 import { deliveryStatusQuery } from '../../src/workflows/signals';
-import type { DeliveryResult } from '../../src/workflows/delivery';
 import {
   attemptRows,
   configRow,
   createConfig,
   createTimeSkippingEnv,
+  deliveryResult,
   eventually,
   jobRow,
   json,
@@ -38,17 +37,7 @@ afterEach(async () => {
   receiver = undefined;
 });
 
-/** Skips time while it waits: the time-skipping client's result() moves the server's clock. */
-async function result(jobId: string): Promise<DeliveryResult> {
-  for (;;) {
-    try {
-      return (await env.client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).result()) as DeliveryResult;
-    } catch (err) {
-      if (!(err instanceof WorkflowNotFoundError)) throw err;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-}
+const result = (jobId: string) => deliveryResult(env.client, jobId);
 
 async function scenario(
   script: ScriptedAnswer[] | ((n: number) => ScriptedAnswer),

@@ -119,6 +119,8 @@ export const settingsSchema = z
     RETRY_FACTOR: z.coerce.number().min(1).max(100).default(3),
     RETRY_MAX: duration('6h'),
     OUTBOX_BOUND_PER_CONFIG: int(64, 1, 1_000_000),
+    // per_config: a config's pushes go out in event order (a job waits for the earlier ones); none: at once.
+    DELIVERY_ORDER: z.enum(['per_config', 'none']).default('per_config'),
     // Calls to one target (host or address, plus port) on the wire at once, across all workers.
     OUTBOUND_HOST_CONCURRENCY: int(8, 1, 10_000),
     // Activity slots of the slow lane: attempts to targets that recently timed out, refused or were slow.

@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { NativeConnection } from '@temporalio/worker';
 import { Gauge } from 'prom-client';
 import { createApiApp, type Probe } from './api/app';
-import { Dispatcher, queuedCount } from './api/dispatcher';
+import { Dispatcher, heldCount, queuedCount } from './api/dispatcher';
 import { FeedNotifier } from './api/feed-notifier';
 import { createInboxApp } from './inbox/app';
 import { requireSettings } from './config';
@@ -108,6 +108,14 @@ export async function startApi(rt: Runtime): Promise<Service & { dispatcher: Dis
       this.set(await queuedCount(rt.db).catch(() => -1));
     },
   });
+  const held = new Gauge({
+    name: 'a2a_push_outbox_held',
+    help: 'Delivery jobs queued behind an earlier job of their config (DELIVERY_ORDER=per_config), on purpose',
+    registers: [],
+    async collect() {
+      this.set(await heldCount(rt.db).catch(() => -1));
+    },
+  });
   const unprocessed = new Gauge({
     name: 'a2a_push_inbox_unprocessed',
     help: 'Inbox callbacks stored and not yet reconciled',
@@ -119,7 +127,7 @@ export async function startApi(rt: Runtime): Promise<Service & { dispatcher: Dis
       this.set(Number(r.rows[0]!.n));
     },
   });
-  const registry = createRegistry('api', [queued, unprocessed]);
+  const registry = createRegistry('api', [queued, held, unprocessed]);
   const feed = new FeedNotifier(requireSettings(rt.settings, ['DATABASE_URL']).DATABASE_URL, rt.logger);
   await feed.start();
   const app = createApiApp(

@@ -20,6 +20,8 @@ import { attemptDuration, configsFailing, deliveriesTotal } from '../metrics';
 import { USER_AGENT } from '../version';
 import { hostOf } from '../ids';
 import { targetOf, type CallHealth, type HostSlots } from '../db/slots';
+import { lineAfter, lineAhead } from '../db/outbox';
+import { heldBy, nextInLine } from '../delivery/order';
 
 /** Workflow time and a sample of the workflow's deterministic random: every decision is in Temporal time. */
 export interface AttemptInput {
@@ -52,6 +54,12 @@ export interface AttemptOutput {
   waitingForSlot?: string;
   /** The next call belongs in the slow lane: its target recently timed out, refused or was slow. */
   lane?: 'slow';
+  /**
+   * The job waits for this earlier delivery of its config to end (DELIVERY_ORDER=per_config): no
+   * attempt used; the end of that delivery wakes it. A workflow that does not know it waits `waitMs`
+   * like a retry's wait, cut short by the same wake.
+   */
+  waitingFor?: string;
 }
 
 export interface DeliveryDeps {
@@ -73,10 +81,21 @@ export interface DeliveryDeps {
 /** How often a job waiting in line for a slot asks again when no grant woke it (a lost signal). */
 export const SLOT_RECHECK_MS = 5 * 60_000;
 
+/**
+ * How often a job held back by an earlier job of its config asks again when no wake came (a lost
+ * signal): soon when the one ahead is on the wire (it ends within DELIVERY_TIMEOUT), else 5 min.
+ */
+export const ORDER_RECHECK_MS = 5 * 60_000;
+export const ORDER_RECHECK_ON_WIRE_MS = 30_000;
+
 /** Pushes read at most this much of the answer: its body is ignored. */
 export const PUSH_RESPONSE_CAP = 64 * 1024;
 
 interface Context {
+  seq: string;
+  push_seq: string | null;
+  ordered: boolean;
+  wake_early: boolean;
   status: JobStatus;
   reason: string | null;
   attempt_count: number;
@@ -108,7 +127,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
   async function loadAttemptContext(jobId: string, n: number): Promise<Context | undefined> {
     // One round trip: the job, its config, the event's body, this attempt's row and the sealed credential.
     const r = await db.query<Omit<Context, 'secret'> & SecretColumns>(
-      `SELECT j.status, j.reason, j.attempt_count, j.next_attempt_at, j.deadline, j.tenant_id, j.task_id,
+      `SELECT j.seq, j.push_seq, j.ordered, j.wake_early, j.status, j.reason, j.attempt_count, j.next_attempt_at, j.deadline, j.tenant_id, j.task_id,
               j.config_row_id, j.config_id, c.url, c.credential_id, c.status AS config_status,
               c.status_reason AS config_reason, c.deleted_at IS NOT NULL AS config_deleted, e.body,
               a.outcome AS attempt_outcome, a.n IS NOT NULL AS attempt_started,
@@ -272,6 +291,15 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     });
   }
 
+  /** A new event asked this head waiting for a retry for one early attempt: taken once. */
+  async function takeEarlyAttempt(jobId: string): Promise<boolean> {
+    const r = await db.query(
+      `UPDATE delivery_jobs SET wake_early = false WHERE id = $1 AND wake_early AND status = 'waiting_retry'`,
+      [jobId],
+    );
+    return (r.rowCount ?? 0) > 0;
+  }
+
   /** Wakes workflows; a lost wake is repaired by their own timers. */
   function wakeLater(jobIds: string[]): void {
     if (jobIds.length > 0) void deps.wake(jobIds).catch(() => undefined);
@@ -362,17 +390,46 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       if (out.outcome === undefined) await leaveTarget(input, ctx.url);
       if (endedUndelivered(out.status, out.attempts)) await checkConfigHealth(ctx, input.jobId, input.now);
     }
+    if (out.waitMs === undefined && isFinished(out.status) && ctx.ordered) await wakeLine(ctx, out.status);
     return { ...out, maxAttempts: deps.retry.maxAttempts };
+  }
+
+  /**
+   * An ordered job has ended (final, nothing of it on the wire): the next job of its config's line
+   * starts now. When the config itself ended (deleted, paused, stopped), its whole waiting line is
+   * woken to end without attempts. A lost wake is repaired by the waiters' own rechecks.
+   */
+  async function wakeLine(ctx: Context, status: JobStatus): Promise<void> {
+    if (['cancelled', 'auth_failed', 'stopped'].includes(status)) {
+      const all = await db.query<{ id: string }>(
+        `SELECT id FROM delivery_jobs
+          WHERE config_row_id = $1 AND status IN ('queued', 'in_flight', 'waiting_retry')`,
+        [ctx.config_row_id],
+      );
+      wakeLater(all.rows.map((r) => r.id));
+      return;
+    }
+    const next = nextInLine(BigInt(ctx.seq), await lineAfter(db, ctx.config_row_id, ctx.seq));
+    if (next) wakeLater([next.id]);
   }
 
   async function attemptOnce(input: AttemptInput, ctx: Context): Promise<AttemptOutput> {
     const n = input.attempt;
-    if (isFinished(ctx.status))
+    if (isFinished(ctx.status)) {
+      if (ctx.attempt_started && !ctx.attempt_outcome)
+        // Ended (superseded, cancelled) while this attempt was on the wire, and its worker died: the
+        // attempt is over; recorded so, it no longer holds its config's line.
+        await db.query(
+          `UPDATE delivery_attempts SET outcome = 'interrupted', error = 'interrupted'
+            WHERE job_id = $1 AND n = $2 AND outcome IS NULL`,
+          [input.jobId, n],
+        );
       return {
         status: ctx.status,
         attempts: ctx.attempt_count,
         ...(ctx.reason ? { reason: ctx.reason } : {}),
       };
+    }
 
     if (ctx.attempt_started) {
       if (ctx.attempt_outcome) {
@@ -401,13 +458,38 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     if (ctx.config_status !== 'active')
       return finishWithoutAttempt(input.jobId, ctx.config_status, ctx.config_reason);
     if (input.now > ctx.deadline.getTime()) return finishWithoutAttempt(input.jobId, 'expired', ctx.reason);
-    if (ctx.status === 'waiting_retry' && ctx.next_attempt_at && ctx.next_attempt_at.getTime() > input.now) {
+    if (
+      ctx.status === 'waiting_retry' &&
+      ctx.next_attempt_at &&
+      ctx.next_attempt_at.getTime() > input.now &&
+      !(ctx.wake_early && (await takeEarlyAttempt(input.jobId)))
+    ) {
       // Woken early with nothing to end it: keep the schedule.
       return {
         status: ctx.status,
         attempts: ctx.attempt_count,
         waitMs: ctx.next_attempt_at.getTime() - input.now,
       };
+    }
+    if (ctx.ordered && ctx.status === 'queued') {
+      // DELIVERY_ORDER=per_config: the first attempt waits until every earlier job of the config ended.
+      const ahead = heldBy(BigInt(ctx.seq), await lineAhead(db, ctx.config_row_id, ctx.seq, input.now));
+      if (ahead) {
+        await db.query(
+          `UPDATE delivery_jobs SET held_by = $2
+            WHERE id = $1 AND status = 'queued' AND held_by IS DISTINCT FROM $2`,
+          [input.jobId, ahead.id],
+        );
+        const recheck =
+          ahead.openAttempt || ahead.status === 'in_flight' ? ORDER_RECHECK_ON_WIRE_MS : ORDER_RECHECK_MS;
+        const untilDeadline = Math.max(0, ctx.deadline.getTime() - input.now) + 1_000;
+        return {
+          status: ctx.status,
+          attempts: ctx.attempt_count,
+          waitMs: Math.min(recheck, untilDeadline),
+          waitingFor: ahead.id,
+        };
+      }
     }
 
     const verdict = checkUrlStatic(ctx.url, deps.policy);
@@ -444,7 +526,8 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
 
     const started = await db.query(
       `WITH j AS (
-         UPDATE delivery_jobs SET status = 'in_flight', attempt_count = $2, next_attempt_at = NULL
+         UPDATE delivery_jobs SET status = 'in_flight', attempt_count = $2, next_attempt_at = NULL,
+                                  held_by = NULL, wake_early = false
           WHERE id = $1 AND status IN ('queued', 'waiting_retry') RETURNING id),
        -- Config health's clock starts at the config's first attempt.
        h AS (
@@ -470,6 +553,8 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
         'user-agent': USER_AGENT,
         'x-a2a-push-delivery': input.jobId,
       };
+      // The event's number in its config's line: a receiver orders by it, drops repeats, sees gaps.
+      if (ctx.push_seq !== null) headers['x-a2a-push-sequence'] = ctx.push_seq;
       if (credential !== undefined) headers.authorization = `Bearer ${credential}`;
       result = await deps.slots.holding(target!, holderOf(input.jobId, n), () =>
         post(ctx.url, headers, ctx.body),

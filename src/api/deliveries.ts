@@ -6,10 +6,12 @@ import {
   getAttempts,
   getJob,
   getLiveConfig,
+  lineAhead,
   supersedeOverBound,
   type JobRow,
 } from '../db/outbox';
 import { currentRequestId } from '../request-context';
+import { heldBy } from '../delivery/order';
 import { currentTraceparent } from '../tracing';
 import { wakeDeliveries } from '../temporal';
 import { handle, parseBody, parseQuery, rawBody } from './body';
@@ -24,7 +26,12 @@ export function deliveryRoutes(deps: ApiDeps): Router {
 
   async function view(job: JobRow) {
     const attempts = await getAttempts(deps.db, [job.id]);
-    return deliveryView(job, attempts.get(job.id)!);
+    // A queued job of an ordered line: the earlier delivery it waits for, as of now.
+    const ahead =
+      job.ordered && job.status === 'queued'
+        ? heldBy(BigInt(job.seq), await lineAhead(deps.db, job.config_row_id, job.seq, Date.now()))
+        : undefined;
+    return deliveryView(job, attempts.get(job.id)!, ahead?.id);
   }
 
   // `{id}` and `{id}:retry` share one path segment.
@@ -69,8 +76,10 @@ export function deliveryRoutes(deps: ApiDeps): Router {
             );
           const newId = crypto.randomUUID();
           const ins = await tx.query<JobRow>(
-            `INSERT INTO delivery_jobs (id, tenant_id, event_id, config_row_id, task_id, config_id, deadline, retry_of, request_id, traceparent)
-             VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7::double precision / 1000), $8, $9, $10) RETURNING *`,
+            // A deliberate resend: at the end of the config's line, with the original event's number.
+            `INSERT INTO delivery_jobs (id, tenant_id, event_id, config_row_id, task_id, config_id, deadline, retry_of, request_id, traceparent,
+                                        push_seq, ordered)
+             VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7::double precision / 1000), $8, $9, $10, $11, $12) RETURNING *`,
             [
               newId,
               tenantId,
@@ -82,6 +91,8 @@ export function deliveryRoutes(deps: ApiDeps): Router {
               job.id,
               currentRequestId() ?? null,
               currentTraceparent() ?? null,
+              job.push_seq,
+              deps.settings.DELIVERY_ORDER === 'per_config',
             ],
           );
           const superseded = await supersedeOverBound(

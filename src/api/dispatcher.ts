@@ -323,3 +323,14 @@ export async function queuedCount(db: Db): Promise<number> {
   );
   return Number(r.rows[0]!.n);
 }
+
+/**
+ * Jobs held back on purpose (DELIVERY_ORDER=per_config): started, queued behind an earlier job of their
+ * config. Not dispatcher lag: a2a_push_outbox_queued counts jobs whose workflow has not started.
+ */
+export async function heldCount(db: Db): Promise<number> {
+  const r = await db.query<{ n: string }>(
+    "SELECT count(*) AS n FROM delivery_jobs WHERE held_by IS NOT NULL AND status = 'queued'",
+  );
+  return Number(r.rows[0]!.n);
+}

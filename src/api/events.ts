@@ -52,6 +52,7 @@ export function eventRoutes(deps: ApiDeps): Router {
                 boundPerConfig: deps.settings.OUTBOX_BOUND_PER_CONFIG,
                 ...(leaseMs !== undefined ? { leaseMs } : {}),
                 ...(traceparent ? { traceparent } : {}),
+                ordered: deps.settings.DELIVERY_ORDER === 'per_config',
               });
               set({ 'a2a_push.event_id': written.eventId, 'a2a_push.deliveries': written.starts.length });
               return written;
@@ -65,7 +66,8 @@ export function eventRoutes(deps: ApiDeps): Router {
               if (w.starts.length > 0)
                 if (leaseMs !== undefined) deps.dispatcher.startNow(tenantId, taskId, w.starts, traceparent);
                 else deps.dispatcher.kick();
-              if (w.superseded.length > 0) void wakeDeliveries(deps.temporal, w.superseded);
+              const wake = [...w.superseded, ...w.woken];
+              if (wake.length > 0) void wakeDeliveries(deps.temporal, wake);
             },
           };
         });

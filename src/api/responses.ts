@@ -84,6 +84,20 @@ export const deliveryResponse = z
         .strict(),
     ),
     nextAttemptAt: timestamp.optional(),
+    sequence: z
+      .number()
+      .int()
+      .min(1)
+      .optional()
+      .describe(
+        "X-A2A-Push-Sequence: the event's number in its config's line (a :retry carries the original's)",
+      ),
+    waitingFor: uuid
+      .optional()
+      .describe(
+        'DELIVERY_ORDER=per_config: the earlier delivery of the same config this queued one waits for',
+      ),
+    retryOf: uuid.optional().describe('the delivery this one resends (POST /v1/deliveries/{id}:retry)'),
     deadline: timestamp,
     workflowId: z.string(),
     createdAt: timestamp,

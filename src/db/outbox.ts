@@ -3,6 +3,7 @@ import { audit } from './audit';
 import { MASK } from '../sealing/keyring';
 import { hostOf, makeDeliveryWorkflowId } from '../ids';
 import { currentRequestId } from '../request-context';
+import type { LineJob } from '../delivery/order';
 
 export type ConfigStatus = 'active' | 'auth_failed' | 'stopped';
 export const UNFINISHED = ['queued', 'in_flight', 'waiting_retry'] as const;
@@ -111,6 +112,8 @@ export interface WrittenEvent {
   starts: Array<{ id: string; configId: string; host: string }>;
   /** Jobs pushed out by the per-config bound; their workflows are woken to end. */
   superseded: string[];
+  /** Heads of ordered lines waiting for a retry, asked for one early attempt by this event: woken. */
+  woken: string[];
 }
 
 /**
@@ -130,6 +133,8 @@ export async function writeEvent(
     leaseMs?: number;
     /** The writing request's trace context, kept on the jobs for their workflow starts (src/tracing.ts). */
     traceparent?: string;
+    /** DELIVERY_ORDER=per_config: the new jobs wait for the earlier jobs of their config. */
+    ordered?: boolean;
   },
 ): Promise<WrittenEvent> {
   // One statement (migration 006): the event, its task's active configs (locked, which serialises
@@ -140,7 +145,8 @@ export async function writeEvent(
     o_config_ids: string[];
     o_urls: string[];
     o_superseded: string[];
-  }>('SELECT * FROM outbox_write_event($1, $2, $3, $4, $5, $6, $7, $8, $9)', [
+    o_woken: string[];
+  }>('SELECT * FROM outbox_write_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)', [
     e.tenantId,
     e.taskId,
     e.kind,
@@ -150,6 +156,7 @@ export async function writeEvent(
     e.leaseMs ?? null,
     e.boundPerConfig,
     e.traceparent ?? null,
+    e.ordered ?? false,
   ]);
   const r = w.rows[0]!;
   return {
@@ -160,6 +167,7 @@ export async function writeEvent(
       host: hostOf(r.o_urls[i]!),
     })),
     superseded: r.o_superseded,
+    woken: r.o_woken,
   };
 }
 
@@ -186,6 +194,11 @@ export interface JobRow {
   next_attempt_at: Date | null;
   deadline: Date;
   retry_of: string | null;
+  /** The event's number in its config's line (X-A2A-Push-Sequence); null for jobs written before it. */
+  push_seq: string | null;
+  ordered: boolean;
+  held_by: string | null;
+  wake_early: boolean;
   dispatched_at: Date | null;
   created_at: Date;
   finished_at: Date | null;
@@ -221,7 +234,7 @@ export async function getAttempts(db: Db | Tx, jobIds: string[]): Promise<Map<st
   return out;
 }
 
-export function deliveryView(j: JobRow, attempts: AttemptRow[]) {
+export function deliveryView(j: JobRow, attempts: AttemptRow[], waitingFor?: string) {
   return {
     id: j.id,
     eventId: j.event_id,
@@ -239,9 +252,55 @@ export function deliveryView(j: JobRow, attempts: AttemptRow[]) {
       ...(a.retry_after_ms !== null ? { retryAfterMs: Number(a.retry_after_ms) } : {}),
     })),
     ...(j.next_attempt_at !== null ? { nextAttemptAt: j.next_attempt_at.toISOString() } : {}),
+    ...(j.push_seq !== null ? { sequence: Number(j.push_seq) } : {}),
+    ...(waitingFor !== undefined ? { waitingFor } : {}),
+    ...(j.retry_of !== null ? { retryOf: j.retry_of } : {}),
     deadline: j.deadline.toISOString(),
     workflowId: makeDeliveryWorkflowId(j.id),
     createdAt: j.created_at.toISOString(),
     ...(j.finished_at !== null ? { finishedAt: j.finished_at.toISOString() } : {}),
   };
+}
+
+/**
+ * The jobs of a config's line that can hold the job at `seq` back (src/delivery/order.ts): the nearest
+ * earlier ordered job that has not finished, and the nearest earlier one with an attempt on the wire.
+ * An attempt without an outcome that started more than ON_WIRE_LIMIT before `nowMs` (workflow time)
+ * is taken as gone: no attempt outlives its activity's start-to-close timeout (2 min).
+ */
+export async function lineAhead(
+  db: Db | Tx,
+  configRowId: string,
+  seq: string | bigint,
+  nowMs: number,
+): Promise<LineJob[]> {
+  const r = await db.query<{ id: string; seq: string; status: JobStatus; open_attempt: boolean }>(
+    `(SELECT id, seq, status,
+             EXISTS (SELECT 1 FROM delivery_attempts a WHERE a.job_id = j.id AND a.outcome IS NULL) AS open_attempt
+        FROM delivery_jobs j
+       WHERE config_row_id = $1 AND seq < $2 AND ordered AND status IN ('queued', 'in_flight', 'waiting_retry')
+       ORDER BY seq DESC LIMIT 1)
+     UNION ALL
+     (SELECT j.id, j.seq, j.status, true
+        FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id
+       WHERE a.outcome IS NULL AND a.started_at > to_timestamp($3::bigint / 1000.0) - make_interval(secs => $4)
+         AND j.config_row_id = $1 AND j.seq < $2 AND j.ordered
+       ORDER BY j.seq DESC LIMIT 1)`,
+    [configRowId, String(seq), Math.round(nowMs), ON_WIRE_LIMIT_MS / 1000],
+  );
+  return r.rows.map((x) => ({ id: x.id, seq: BigInt(x.seq), status: x.status, openAttempt: x.open_attempt }));
+}
+
+/** An attempt row without an outcome older than this is not on the wire any more (see lineAhead). */
+export const ON_WIRE_LIMIT_MS = 3 * 60_000;
+
+/** The first later ordered job of the config's line that has not finished: the one to wake when a job ends. */
+export async function lineAfter(db: Db | Tx, configRowId: string, seq: string | bigint): Promise<LineJob[]> {
+  const r = await db.query<{ id: string; seq: string; status: JobStatus }>(
+    `SELECT id, seq, status FROM delivery_jobs
+      WHERE config_row_id = $1 AND seq > $2 AND ordered AND status IN ('queued', 'in_flight', 'waiting_retry')
+      ORDER BY seq LIMIT 1`,
+    [configRowId, String(seq)],
+  );
+  return r.rows.map((x) => ({ id: x.id, seq: BigInt(x.seq), status: x.status, openAttempt: false }));
 }

@@ -71,6 +71,8 @@ export async function deliveryWorkflow({ jobId }: DeliveryInput): Promise<Delive
     else delete state.lane;
     if (r.waitingForSlot !== undefined) state.waitingForSlot = r.waitingForSlot;
     else delete state.waitingForSlot;
+    if (r.waitingFor !== undefined) state.waitingFor = r.waitingFor;
+    else delete state.waitingFor;
     maxAttempts = r.maxAttempts;
     state.status = r.status;
     state.attempts = r.attempts;
@@ -88,6 +90,14 @@ export async function deliveryWorkflow({ jobId }: DeliveryInput): Promise<Delive
         attempts: r.attempts,
         ...(r.reason !== undefined ? { reason: r.reason } : {}),
       };
+    }
+    if (r.waitingFor !== undefined) {
+      // DELIVERY_ORDER=per_config: an earlier delivery of the config has not ended; its end wakes this one.
+      const inLine = `waiting for delivery ${r.waitingFor} (earlier event of this config)`;
+      setCurrentDetails(inLine);
+      await condition(() => woken, r.waitMs, { summary: inLine });
+      attempt = r.attempts + 1;
+      continue;
     }
     if (r.waitingForSlot !== undefined) {
       // Its target is at OUTBOUND_HOST_CONCURRENCY: in line, no attempt used; a freed slot wakes it.

@@ -2,7 +2,8 @@ import { defineQuery, defineSignal } from '@temporalio/workflow';
 
 /**
  * Wakes a delivery that waits for its next attempt (its config was deleted or stopped, its job
- * superseded) or for a slot at its target (a slot was granted to it).
+ * superseded, or a new event asks its head for an early attempt), for a slot at its target (a slot was
+ * granted to it), or for the earlier delivery of its config that held it back (that one ended).
  */
 export const wakeSignal = defineSignal('wake');
 
@@ -13,6 +14,8 @@ export interface DeliveryState {
   nextAttemptInMs?: number;
   /** In line for a slot at this host (OUTBOUND_HOST_CONCURRENCY). */
   waitingForSlot?: string;
+  /** Held back by this earlier delivery of its config (DELIVERY_ORDER=per_config). */
+  waitingFor?: string;
   lane?: 'slow';
 }
 export const deliveryStatusQuery = defineQuery<DeliveryState>('status');

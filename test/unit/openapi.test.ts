@@ -235,11 +235,15 @@ describe('OpenAPI document', () => {
       attempt_count: 1,
       next_attempt_at: t,
       deadline: t,
-      retry_of: null,
+      retry_of: '3f6c2a4e-1b2c-4d3e-8f9a-0b1c2d3e4f59',
+      push_seq: '3',
+      ordered: true,
+      held_by: null,
+      wake_early: false,
       dispatched_at: t,
       created_at: t,
       finished_at: t,
-    } as unknown as JobRow;
+    } satisfies JobRow;
     const attempt: AttemptRow = {
       job_id: job.id,
       n: 1,
@@ -251,6 +255,9 @@ describe('OpenAPI document', () => {
       retry_after_ms: '5000',
     };
     expect(deliveryResponse.parse(deliveryView(job, [attempt]))).toBeDefined();
+    expect(
+      deliveryResponse.parse(deliveryView(job, [attempt], '3f6c2a4e-1b2c-4d3e-8f9a-0b1c2d3e4f58')),
+    ).toMatchObject({ sequence: 3, waitingFor: '3f6c2a4e-1b2c-4d3e-8f9a-0b1c2d3e4f58' });
     const reg = {
       id: '3f6c2a4e-1b2c-4d3e-8f9a-0b1c2d3e4f5b',
       tenant_id: 'default',

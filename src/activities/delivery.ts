@@ -291,15 +291,6 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     });
   }
 
-  /** A new event asked this head waiting for a retry for one early attempt: taken once. */
-  async function takeEarlyAttempt(jobId: string): Promise<boolean> {
-    const r = await db.query(
-      `UPDATE delivery_jobs SET wake_early = false WHERE id = $1 AND wake_early AND status = 'waiting_retry'`,
-      [jobId],
-    );
-    return (r.rowCount ?? 0) > 0;
-  }
-
   /** Wakes workflows; a lost wake is repaired by their own timers. */
   function wakeLater(jobIds: string[]): void {
     if (jobIds.length > 0) void deps.wake(jobIds).catch(() => undefined);
@@ -458,17 +449,18 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     if (ctx.config_status !== 'active')
       return finishWithoutAttempt(input.jobId, ctx.config_status, ctx.config_reason);
     if (input.now > ctx.deadline.getTime()) return finishWithoutAttempt(input.jobId, 'expired', ctx.reason);
-    if (
+    // Before its scheduled time: an early attempt when a new event asked for one (wake_early, consumed
+    // when the attempt starts, which also records it as early_taken); else keep the schedule.
+    const early =
       ctx.status === 'waiting_retry' &&
-      ctx.next_attempt_at &&
-      ctx.next_attempt_at.getTime() > input.now &&
-      !(ctx.wake_early && (await takeEarlyAttempt(input.jobId)))
-    ) {
+      ctx.next_attempt_at !== null &&
+      ctx.next_attempt_at.getTime() > input.now;
+    if (early && !ctx.wake_early) {
       // Woken early with nothing to end it: keep the schedule.
       return {
         status: ctx.status,
         attempts: ctx.attempt_count,
-        waitMs: ctx.next_attempt_at.getTime() - input.now,
+        waitMs: ctx.next_attempt_at!.getTime() - input.now,
       };
     }
     if (ctx.ordered && ctx.status === 'queued') {
@@ -527,14 +519,14 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     const started = await db.query(
       `WITH j AS (
          UPDATE delivery_jobs SET status = 'in_flight', attempt_count = $2, next_attempt_at = NULL,
-                                  held_by = NULL, wake_early = false
+                                  held_by = NULL, wake_early = false, early_taken = $5
           WHERE id = $1 AND status IN ('queued', 'waiting_retry') RETURNING id),
        -- Config health's clock starts at the config's first attempt.
        h AS (
          UPDATE push_configs SET health_since = to_timestamp($3::bigint / 1000.0)
           WHERE row_id = $4 AND health_since IS NULL AND EXISTS (SELECT 1 FROM j))
        INSERT INTO delivery_attempts (job_id, n, started_at) SELECT id, $2, to_timestamp($3::bigint / 1000.0) FROM j`,
-      [input.jobId, n, input.now, ctx.config_row_id],
+      [input.jobId, n, input.now, ctx.config_row_id, early],
     );
     if (started.rowCount === 0) {
       if (target) await leaveTarget(input, ctx.url);

@@ -199,6 +199,7 @@ export interface JobRow {
   ordered: boolean;
   held_by: string | null;
   wake_early: boolean;
+  early_taken: boolean;
   dispatched_at: Date | null;
   created_at: Date;
   finished_at: Date | null;

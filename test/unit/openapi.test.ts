@@ -240,6 +240,7 @@ describe('OpenAPI document', () => {
       ordered: true,
       held_by: null,
       wake_early: false,
+      early_taken: false,
       dispatched_at: t,
       created_at: t,
       finished_at: t,

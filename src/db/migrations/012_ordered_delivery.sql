@@ -10,11 +10,16 @@
 -- a2a_push_outbox_held); cleared when its first attempt starts.
 -- delivery_jobs.wake_early: a new event found this job at the head of its config's line waiting for a
 -- retry: its next call makes the attempt now (one attempt, counted as usual) instead of sleeping on.
+-- delivery_jobs.early_taken: the head's last attempt was such an early one. A head gets at most one
+-- early attempt per wait: a stream of events to a dead receiver cannot spend its attempts faster than
+-- one early attempt per backoff step (at worst twice the retry schedule's pace); a scheduled attempt
+-- clears it.
 ALTER TABLE push_configs ADD COLUMN push_seq bigint NOT NULL DEFAULT 0;
 ALTER TABLE delivery_jobs ADD COLUMN push_seq bigint;
 ALTER TABLE delivery_jobs ADD COLUMN ordered boolean NOT NULL DEFAULT false;
 ALTER TABLE delivery_jobs ADD COLUMN held_by uuid;
 ALTER TABLE delivery_jobs ADD COLUMN wake_early boolean NOT NULL DEFAULT false;
+ALTER TABLE delivery_jobs ADD COLUMN early_taken boolean NOT NULL DEFAULT false;
 
 -- Attempts on the wire (no outcome yet): few rows, read by every ordered job's first call.
 CREATE INDEX delivery_attempts_open ON delivery_attempts (job_id) WHERE outcome IS NULL;
@@ -62,7 +67,8 @@ BEGIN
        ORDER BY config_row_id, seq),
     w AS (
       UPDATE delivery_jobs j SET wake_early = true FROM heads
-       WHERE j.id = heads.id AND heads.status = 'waiting_retry' RETURNING j.id)
+       WHERE j.id = heads.id AND heads.status = 'waiting_retry' AND NOT j.wake_early AND NOT j.early_taken
+      RETURNING j.id)
     SELECT coalesce(array_agg(id), '{}') INTO o_woken FROM w;
   END IF;
   INSERT INTO delivery_jobs (id, tenant_id, event_id, config_row_id, task_id, config_id, deadline,

@@ -15,6 +15,7 @@ import { backlogBenchmark } from './6-backlog';
 import { idleLatencyBenchmark } from './7-idle-latency';
 import { clusterBenchmark } from './8-cluster';
 import { isolationBenchmark } from './9-isolation';
+import { orderBenchmark } from './10-order';
 import { drawChart } from './lib/chart';
 import type { BenchContext, BenchTemporal, Benchmark } from './lib/context';
 import { startBenchReceiver } from './lib/receiver';
@@ -37,6 +38,7 @@ const ALL: Benchmark[] = [
   idleLatencyBenchmark,
   clusterBenchmark,
   isolationBenchmark,
+  orderBenchmark,
 ];
 
 /** `--chart=bench/results/<date>.json`: draws that run's chart again (after a change to the chart). */

@@ -7,11 +7,12 @@ import {
   startBenchPostgres,
   freshDatabase,
   scratchDir,
+  type DeliveryOrder,
   spawnBenchProcess,
   startServices,
   type Services,
 } from './lib/stack';
-import { startBenchReceiver, type BenchReceiver } from './lib/receiver';
+import { sequenceCheck, startBenchReceiver, type BenchReceiver, type SequenceCheck } from './lib/receiver';
 import { figure, type BenchResult, type ChartRow } from './lib/report';
 import { runDirectSender } from './lib/senders';
 import { cpuSeconds, latency, pool, round, type Latency } from './lib/util';
@@ -49,6 +50,8 @@ export interface DeliveryThroughputOptions {
 }
 
 export interface DeliveryThroughputResult {
+  /** Prefix of the run's task ids (`<runId>-task-<i>`) and event ids (`<runId>-<i>`). */
+  runId: string;
   n: number;
   /** Events the receiver answered 2xx to by the end of the run (n unless `partial`). */
   delivered: number;
@@ -58,7 +61,12 @@ export interface DeliveryThroughputResult {
   writeRefusals: number;
   workers: number;
   deliveriesPerSec: number;
+  /** First event write sent → last POST the receiver accepted. */
   elapsedMs: number;
+  /** First event write sent → every write answered. */
+  writesMs: number;
+  /** First event write sent → the CPU meters read: `cpu` is CPU seconds over this window. */
+  cpuWindowMs: number;
   /** event write sent → POST seen by the receiver */
   latencyMs: Latency;
   /** Average cores used during the run: each worker process, the api, and the server when its pid is known. */
@@ -71,6 +79,8 @@ export interface DeliveryThroughputResult {
   };
   /** POSTs beyond the first per event (the receiver answers 200 to all). */
   duplicates: number;
+  /** What the receiver saw of each config's X-A2A-Push-Sequence: resends, arrivals out of order, gaps. */
+  order: SequenceCheck;
   /** Where a delivery's time went, from the service's own rows (p50 ms): the profile of the run. */
   stages?: Record<string, number>;
 }
@@ -163,6 +173,7 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
         writeFailures++;
       }
     });
+    const writesMs = Date.now() - t0;
     try {
       await receiver.waitForAll(
         plan.map((e) => e.id),
@@ -174,7 +185,8 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
     const arrived = plan.filter((e) => receiver.delivered.has(e.id));
     const last = arrived.length > 0 ? Math.max(...arrived.map((e) => receiver.delivered.get(e.id)!)) : t0;
     const elapsedMs = last - t0;
-    const secs = (Date.now() - t0) / 1000;
+    const cpuWindowMs = Date.now() - t0;
+    const secs = cpuWindowMs / 1000;
     const workerCpu = pids.workers.map((p, i) => round((cpuSeconds(p) - cpu0.workers[i]!) / secs, 2));
     const cpu = {
       workers: workerCpu,
@@ -190,6 +202,7 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
     };
     const stages = databaseUrl ? await stageBreakdown(databaseUrl, runId) : undefined;
     return {
+      runId,
       n,
       delivered: arrived.length,
       writeFailures,
@@ -197,9 +210,12 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
       workers: pids.workers.length,
       deliveriesPerSec: round((arrived.length * 1000) / Math.max(1, elapsedMs)),
       elapsedMs,
+      writesMs,
+      cpuWindowMs,
       latencyMs: latency(arrived.map((e) => receiver.delivered.get(e.id)! - sentAt.get(e.id)!)),
       cpu,
       duplicates: plan.reduce((d, e) => d + Math.max(0, (receiver.seen.get(e.id) ?? 0) - 1), 0),
+      order: sequenceCheck(receiver.sequenced, (p) => p.startsWith(`/hook/${runId}-task-`)),
       ...(stages ? { stages } : {}),
     };
   } finally {
@@ -314,6 +330,10 @@ export async function runDirect(
   };
 }
 
+/** How a run's receiver saw its configs' sequence numbers, in words. */
+export const orderNote = (o: SequenceCheck) =>
+  `${o.requests} POSTs over ${o.configs} configs: ${o.outOfOrder} out of order, ${o.duplicates} resent, ${o.gaps} numbers never seen`;
+
 export const deliveryBenchmark: Benchmark = {
   name: 'delivery',
   title: '1. Delivery throughput, end to end',
@@ -321,15 +341,21 @@ export const deliveryBenchmark: Benchmark = {
     const n = ctx.quick ? 200 : 1000;
     const temporal = await ctx.temporal();
     const receiver = ctx.receiver;
-    const databaseUrl = await freshDatabase(ctx.pg);
-    ctx.log(`ours: ${n} events over 100 tasks, 1 worker process`);
-    const ours = await runDeliveryThroughput({
-      temporalAddress: temporal.address,
-      n,
-      databaseUrl,
-      receiver,
-      serverPid: temporal.pid,
-    });
+    // Ours under both orders, each on a fresh database with processes of its own: per_config (the
+    // default) is the one judged against the target; none is printed beside it.
+    const ourRun = async (order: DeliveryOrder) => {
+      ctx.log(`ours, DELIVERY_ORDER=${order}: ${n} events over 100 tasks, 1 worker process`);
+      return runDeliveryThroughput({
+        temporalAddress: temporal.address,
+        n,
+        databaseUrl: await freshDatabase(ctx.pg),
+        receiver,
+        serverPid: temporal.pid,
+        env: { DELIVERY_ORDER: order },
+      });
+    };
+    const ours = await ourRun('per_config');
+    const unordered = await ourRun('none');
     ctx.log('baseline (a): bare workflow');
     const bare = await startBareWorker(temporal.address, receiver);
     let a;
@@ -357,7 +383,7 @@ export const deliveryBenchmark: Benchmark = {
       title: this.title,
       figures: [
         figure(
-          'ours deliveries/s',
+          'ours (per_config) deliveries/s',
           ours.deliveriesPerSec,
           '/s',
           { label: '(a) bare workflow', value: a.deliveriesPerSec },
@@ -366,19 +392,35 @@ export const deliveryBenchmark: Benchmark = {
             met: ours.deliveriesPerSec >= 0.8 * a.deliveriesPerSec,
           },
         ),
-        figure('ours deliveries/s', ours.deliveriesPerSec, '/s', {
+        figure('ours (none) deliveries/s', unordered.deliveriesPerSec, '/s', {
+          label: '(a) bare workflow',
+          value: a.deliveriesPerSec,
+        }),
+        figure('ours (per_config) deliveries/s', ours.deliveriesPerSec, '/s', {
+          label: 'ours (none)',
+          value: unordered.deliveriesPerSec,
+        }),
+        figure('ours (per_config) deliveries/s', ours.deliveriesPerSec, '/s', {
           label: '(b) @a2a-js/sdk sender',
           value: b.deliveriesPerSec,
         }),
-        figure('ours deliveries/s', ours.deliveriesPerSec, '/s', {
+        figure('ours (per_config) deliveries/s', ours.deliveriesPerSec, '/s', {
           label: '(c) raw undici',
           value: c.deliveriesPerSec,
         }),
-        figure('ours event → POST p50', ours.latencyMs.p50, 'ms', {
+        figure('ours (per_config) event → POST p50', ours.latencyMs.p50, 'ms', {
           label: '(a) start → POST p50',
           value: a.latencyMs.p50,
         }),
-        figure('ours event → POST p99', ours.latencyMs.p99, 'ms', {
+        figure('ours (per_config) event → POST p99', ours.latencyMs.p99, 'ms', {
+          label: '(a) start → POST p99',
+          value: a.latencyMs.p99,
+        }),
+        figure('ours (none) event → POST p50', unordered.latencyMs.p50, 'ms', {
+          label: '(a) start → POST p50',
+          value: a.latencyMs.p50,
+        }),
+        figure('ours (none) event → POST p99', unordered.latencyMs.p99, 'ms', {
           label: '(a) start → POST p99',
           value: a.latencyMs.p99,
         }),
@@ -386,33 +428,48 @@ export const deliveryBenchmark: Benchmark = {
           label: '(c) undici p50',
           value: c.latencyMs.p50,
         }),
-        figure('ours worker CPU', ours.cpu.workersTotal, 'cores', {
+        figure('ours (per_config) worker CPU', ours.cpu.workersTotal, 'cores', {
           label: '(a) worker CPU',
           value: a.cpu.worker,
         }),
-        figure('dev server CPU (ours)', ours.cpu.server ?? NaN, 'cores', {
+        figure('ours (none) worker CPU', unordered.cpu.workersTotal, 'cores', {
+          label: '(a) worker CPU',
+          value: a.cpu.worker,
+        }),
+        figure('dev server CPU (ours, per_config)', ours.cpu.server ?? NaN, 'cores', {
           label: 'dev server CPU (a)',
           value: a.cpu.server ?? NaN,
         }),
+        figure('dev server CPU (ours, none)', unordered.cpu.server ?? NaN, 'cores', {
+          label: 'dev server CPU (a)',
+          value: a.cpu.server ?? NaN,
+        }),
+        figure('ours (per_config) arrivals out of order', ours.order.outOfOrder, 'POSTs'),
+        figure('ours (none) arrivals out of order', unordered.order.outOfOrder, 'POSTs'),
       ],
       chart: [
-        tp('ours', ours.deliveriesPerSec),
+        tp('ours (per_config)', ours.deliveriesPerSec),
+        tp('ours (none)', unordered.deliveriesPerSec),
         tp('(a) bare workflow', a.deliveriesPerSec),
         tp('(b) @a2a-js/sdk', b.deliveriesPerSec),
         tp('(c) raw undici', c.deliveriesPerSec),
-        ...lat('ours', ours.latencyMs),
+        ...lat('ours (per_config)', ours.latencyMs),
+        ...lat('ours (none)', unordered.latencyMs),
         ...lat('(a) bare workflow', a.latencyMs),
         ...lat('(b) @a2a-js/sdk', b.latencyMs),
         ...lat('(c) raw undici', c.latencyMs),
       ],
       notes: [
-        `ours, p50 per stage (ms): ${JSON.stringify(ours.stages ?? {})}`,
-        `${n} events over 100 tasks (one config each), 32 event writes in flight; (a) 32 starts in flight; (b), (c) 32 sends in flight from one process.`,
+        `ours (per_config), p50 per stage (ms): ${JSON.stringify(ours.stages ?? {})}`,
+        `ours (none), p50 per stage (ms): ${JSON.stringify(unordered.stages ?? {})}`,
+        `${n} events over 100 tasks (one config each, ${n / 100} events per config), 32 event writes in flight; (a) 32 starts in flight; (b), (c) 32 sends in flight from one process.`,
+        'ours runs twice, each on a fresh database with api and worker processes of its own: DELIVERY_ORDER=per_config (the default; judged against the target), then none; then (a), (b), (c).',
+        `receiver, by X-A2A-Push-Sequence: per_config ${orderNote(ours.order)}; none ${orderNote(unordered.order)}.`,
         '(b) and (c) send once and keep nothing durable: they are the ceiling of one process posting, not a like-for-like sender.',
         `(b) latency p99 ${b.latencyMs.p99} ms, (c) p99 ${c.latencyMs.p99} ms.`,
-        `ours: ${ours.writeRefusals} event writes answered 503 and retried after their Retry-After.`,
+        `ours: ${ours.writeRefusals} (per_config) and ${unordered.writeRefusals} (none) event writes answered 503 and retried after their Retry-After.`,
       ],
-      details: { ours, a, b, c },
+      details: { ours, oursNone: unordered, a, b, c },
     };
   },
 };

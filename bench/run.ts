@@ -15,11 +15,18 @@ import { backlogBenchmark } from './6-backlog';
 import { idleLatencyBenchmark } from './7-idle-latency';
 import { clusterBenchmark } from './8-cluster';
 import { isolationBenchmark } from './9-isolation';
+import { orderBenchmark } from './10-order';
 import { drawChart } from './lib/chart';
 import type { BenchContext, BenchTemporal, Benchmark } from './lib/context';
 import { startBenchReceiver } from './lib/receiver';
 import { machine, printFigure, writeResults, type BenchResult } from './lib/report';
-import { scratchDir, startBenchPostgres, startBenchTemporal } from './lib/stack';
+import {
+  defaultDeliveryOrder,
+  scratchDir,
+  startBenchPostgres,
+  startBenchTemporal,
+  takeDeliveryOrders,
+} from './lib/stack';
 
 const ALL: Benchmark[] = [
   deliveryBenchmark,
@@ -31,6 +38,7 @@ const ALL: Benchmark[] = [
   idleLatencyBenchmark,
   clusterBenchmark,
   isolationBenchmark,
+  orderBenchmark,
 ];
 
 /** `--chart=bench/results/<date>.json`: draws that run's chart again (after a change to the chart). */
@@ -76,13 +84,15 @@ async function main() {
     log: (l) => process.stderr.write(`  … ${l}\n`),
   };
   const info = machine();
+  const deliveryOrderDefault = defaultDeliveryOrder();
   process.stdout.write(
-    `a2a-push benchmarks${quick ? ' (--quick)' : ''}: ${info.cpus} × ${info.cpuModel}, ${info.memGiB} GiB, load ${info.loadavgAtStart.join(' ')}\n`,
+    `a2a-push benchmarks${quick ? ' (--quick)' : ''}: ${info.cpus} × ${info.cpuModel}, ${info.memGiB} GiB, load ${info.loadavgAtStart.join(' ')}; DELIVERY_ORDER ${deliveryOrderDefault} unless a benchmark sets its own\n`,
   );
   const results: BenchResult[] = [];
   for (const b of selected) {
     process.stdout.write(`\n${b.title}\n`);
     const t0 = Date.now();
+    takeDeliveryOrders();
     let r: BenchResult;
     try {
       r = await b.run(ctx);
@@ -91,6 +101,11 @@ async function main() {
       r = { name: b.name, title: b.title, figures: [], chart: [], notes: [], error: (err as Error).message };
     }
     r.elapsedS = Math.round((Date.now() - t0) / 1000);
+    // What the service processes were started with (lib/stack.ts), not what the benchmark meant to pass.
+    r.deliveryOrder = takeDeliveryOrders();
+    process.stdout.write(
+      `${b.name.padEnd(14)} DELIVERY_ORDER: ${r.deliveryOrder.length > 0 ? r.deliveryOrder.join(', ') : '(no service process started)'}\n`,
+    );
     for (const f of r.figures) printFigure(b.name, f);
     for (const n of r.notes) process.stdout.write(`${''.padEnd(14)} note: ${n}\n`);
     results.push(r);
@@ -106,6 +121,7 @@ async function main() {
     startedAt: started.toISOString(),
     finishedAt: new Date().toISOString(),
     quick,
+    deliveryOrderDefault,
     machine: { ...info, loadavgAtEnd: os.loadavg().map((l) => Math.round(l * 100) / 100) },
     results,
   };

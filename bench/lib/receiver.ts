@@ -16,6 +16,11 @@ export interface BenchReceiver {
   /** Requests seen per id, whatever the answer. */
   seen: Map<string, number>;
   posts: number;
+  /**
+   * Every request that carried X-A2A-Push-Sequence, in the order the receiver read them (each whole
+   * request, as it was answered): its path (one config each), number, benchmark id and answer.
+   */
+  sequenced: SequencedArrival[];
   setScript(s: Script): void;
   reset(): void;
   waitForAll(ids: Iterable<string>, timeoutMs: number): Promise<void>;
@@ -25,11 +30,57 @@ export interface BenchReceiver {
   close(): Promise<void>;
 }
 
+export interface SequencedArrival {
+  path: string;
+  seq: number;
+  id?: string;
+  at: number;
+  status: number;
+}
+
+export interface SequenceCheck {
+  /** Configs (request paths) and requests looked at. */
+  configs: number;
+  requests: number;
+  /** Requests whose number the receiver had already seen on that config (a resend). */
+  duplicates: number;
+  /** Requests, not duplicates, whose number is below one the receiver had already seen on that config. */
+  outOfOrder: number;
+  /** Numbers from 1 to the highest seen on a config that never arrived (a superseded event, or lost). */
+  gaps: number;
+}
+
+/**
+ * Whether the receiver saw each config's pushes in order, by X-A2A-Push-Sequence: walks the arrivals
+ * of the paths `keep` selects in the order they were read, per path.
+ */
+export function sequenceCheck(
+  arrivals: readonly SequencedArrival[],
+  keep: (path: string) => boolean,
+): SequenceCheck {
+  const lines = new Map<string, { max: number; seen: Set<number> }>();
+  const c: SequenceCheck = { configs: 0, requests: 0, duplicates: 0, outOfOrder: 0, gaps: 0 };
+  for (const a of arrivals) {
+    if (!keep(a.path)) continue;
+    c.requests++;
+    let line = lines.get(a.path);
+    if (!line) lines.set(a.path, (line = { max: -Infinity, seen: new Set() }));
+    if (line.seen.has(a.seq)) c.duplicates++;
+    else if (a.seq < line.max) c.outOfOrder++;
+    line.seen.add(a.seq);
+    line.max = Math.max(line.max, a.seq);
+  }
+  c.configs = lines.size;
+  for (const line of lines.values()) c.gaps += line.max - line.seen.size;
+  return c;
+}
+
 /** The local HTTPS push target every sender posts to: counts POSTs and notes when each arrived. */
 export async function startBenchReceiver(port = 0): Promise<BenchReceiver> {
   const tls = makeTestTls();
   const delivered = new Map<string, number>();
   const seen = new Map<string, number>();
+  const sequenced: SequencedArrival[] = [];
   let script: Script = () => 200;
   const sockets = new Set<Socket>();
   const r = {
@@ -39,6 +90,7 @@ export async function startBenchReceiver(port = 0): Promise<BenchReceiver> {
     delivered,
     seen,
     posts: 0,
+    sequenced,
   } as BenchReceiver;
 
   const handler = (req: IncomingMessage, res: ServerResponse) => {
@@ -55,6 +107,9 @@ export async function startBenchReceiver(port = 0): Promise<BenchReceiver> {
         status = script(id, k);
         if (status < 300 && !delivered.has(id)) delivered.set(id, at);
       }
+      const seq = Number(req.headers['x-a2a-push-sequence']);
+      if (req.headers['x-a2a-push-sequence'] !== undefined && Number.isFinite(seq))
+        sequenced.push({ path: req.url ?? '', seq, ...(id !== undefined ? { id } : {}), at, status });
       res.writeHead(status, { 'content-type': 'text/plain', 'content-length': '2' });
       res.end('ok');
     });
@@ -88,6 +143,7 @@ export async function startBenchReceiver(port = 0): Promise<BenchReceiver> {
   r.reset = () => {
     delivered.clear();
     seen.clear();
+    sequenced.length = 0;
     r.posts = 0;
     script = () => 200;
   };

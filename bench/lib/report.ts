@@ -30,6 +30,12 @@ export interface BenchResult {
   figures: Figure[];
   chart: ChartRow[];
   notes: string[];
+  /**
+   * DELIVERY_ORDER given to the service processes the benchmark started, distinct, in the order first
+   * started (set by the runner; empty when it started none). Where there are two, its figures name
+   * the mode they were measured under.
+   */
+  deliveryOrder?: string[];
   /** Anything else worth keeping in the JSON (raw numbers, settings used). */
   details?: Record<string, unknown>;
   elapsedS?: number;

@@ -83,6 +83,33 @@ export interface Services {
   stop(): Promise<void>;
 }
 
+export type DeliveryOrder = 'per_config' | 'none';
+
+/**
+ * The DELIVERY_ORDER the service processes get unless a benchmark sets its own: the service's default
+ * (per_config), or `BENCH_DELIVERY_ORDER` to run the whole suite under another. It is always passed
+ * explicitly, so a DELIVERY_ORDER in the shell running the bench does not leak into the processes.
+ */
+export function defaultDeliveryOrder(): DeliveryOrder {
+  const v = process.env.BENCH_DELIVERY_ORDER ?? 'per_config';
+  if (v !== 'per_config' && v !== 'none')
+    throw new Error(`BENCH_DELIVERY_ORDER: per_config or none, not ${v}`);
+  return v;
+}
+
+/** DELIVERY_ORDER of every set of service processes started since the last `takeDeliveryOrders()`. */
+const ordersStarted: string[] = [];
+
+/**
+ * The DELIVERY_ORDER values the service processes started since the last call were given, distinct, in
+ * the order first started (empty: no service process started); the runner reports them per benchmark.
+ */
+export function takeDeliveryOrders(): string[] {
+  const seen = [...new Set(ordersStarted)];
+  ordersStarted.length = 0;
+  return seen;
+}
+
 /** Short retries for the failure benchmark (and harmless for the others, where nothing fails). */
 export const SHORT_RETRIES = { RETRY_INITIAL: '500ms', RETRY_FACTOR: '2', RETRY_MAX: '4s' };
 
@@ -140,7 +167,7 @@ export async function startServices(o: {
   namespace?: string;
   caFile: string;
   workers?: number;
-  /** Extra settings for every process (retry plan, bounds). */
+  /** Extra settings for every process (retry plan, bounds, DELIVERY_ORDER: else defaultDeliveryOrder()). */
   env?: Record<string, string>;
   /** Which processes to start (all by default). */
   start?: { inbox?: boolean; workers?: boolean };
@@ -159,8 +186,10 @@ export async function startServices(o: {
     API_PORT: String(apiPort),
     INBOX_PORT: String(inboxPort),
     LOG_LEVEL: 'warn',
+    DELIVERY_ORDER: defaultDeliveryOrder(),
     ...o.env,
   };
+  ordersStarted.push(base.DELIVERY_ORDER!);
   const started: ServiceProc[] = [];
   const log = (k: string) => path.join(o.dir, `${k}-${base.TASK_QUEUE}.log`);
   try {

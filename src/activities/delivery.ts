@@ -21,7 +21,7 @@ import { USER_AGENT } from '../version';
 import { hostOf } from '../ids';
 import { targetOf, type CallHealth, type HostSlots } from '../db/slots';
 import { lineAfter, lineAhead } from '../db/outbox';
-import { heldBy, nextInLine } from '../delivery/order';
+import { heldBy, nextInLine, recheckMs } from '../delivery/order';
 
 /** Workflow time and a sample of the workflow's deterministic random: every decision is in Temporal time. */
 export interface AttemptInput {
@@ -83,7 +83,8 @@ export const SLOT_RECHECK_MS = 5 * 60_000;
 
 /**
  * How often a job held back by an earlier job of its config asks again when no wake came (a lost
- * signal): soon when the one ahead is on the wire (it ends within DELIVERY_TIMEOUT), else 5 min.
+ * signal): soon when the one ahead is on the wire (it ends within DELIVERY_TIMEOUT); else 5 min, or
+ * 30 s after the line's head's next attempt when that is later (src/delivery/order.ts: recheckMs).
  */
 export const ORDER_RECHECK_MS = 5 * 60_000;
 export const ORDER_RECHECK_ON_WIRE_MS = 30_000;
@@ -465,15 +466,18 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     }
     if (ctx.ordered && ctx.status === 'queued') {
       // DELIVERY_ORDER=per_config: the first attempt waits until every earlier job of the config ended.
-      const ahead = heldBy(BigInt(ctx.seq), await lineAhead(db, ctx.config_row_id, ctx.seq, input.now));
+      const line = await lineAhead(db, ctx.config_row_id, ctx.seq, input.now);
+      const ahead = heldBy(BigInt(ctx.seq), line);
       if (ahead) {
         await db.query(
           `UPDATE delivery_jobs SET held_by = $2
             WHERE id = $1 AND status = 'queued' AND held_by IS DISTINCT FROM $2`,
           [input.jobId, ahead.id],
         );
-        const recheck =
-          ahead.openAttempt || ahead.status === 'in_flight' ? ORDER_RECHECK_ON_WIRE_MS : ORDER_RECHECK_MS;
+        const recheck = recheckMs(ahead, line, input.now, {
+          onWireMs: ORDER_RECHECK_ON_WIRE_MS,
+          idleMs: ORDER_RECHECK_MS,
+        });
         const untilDeadline = Math.max(0, ctx.deadline.getTime() - input.now) + 1_000;
         return {
           status: ctx.status,

@@ -14,6 +14,8 @@ export interface LineJob {
   status: JobStatus;
   /** An attempt of this job is on the wire (started, no outcome yet). */
   openAttempt: boolean;
+  /** When it waits for a retry: its next attempt's time (ms). */
+  nextAttemptAt?: number;
 }
 
 /** Whether `j` still holds later jobs of its line back. */
@@ -37,4 +39,18 @@ export function nextInLine(seq: bigint, line: readonly LineJob[]): LineJob | und
   for (const j of line)
     if (j.seq > seq && !isFinished(j.status) && (next === undefined || j.seq < next.seq)) next = j;
   return next;
+}
+
+/** How soon a job held back by `ahead` asks again if no wake came (a wake lost to a crash). */
+export function recheckMs(
+  ahead: LineJob,
+  line: readonly LineJob[],
+  nowMs: number,
+  r: { onWireMs: number; idleMs: number },
+): number {
+  // The one ahead is on the wire: it ends within DELIVERY_TIMEOUT.
+  if (ahead.openAttempt || ahead.status === 'in_flight') return r.onWireMs;
+  // Nothing ends before the line's head makes its next attempt: no reason to ask before then.
+  const headWait = Math.max(0, ...line.map((j) => (j.nextAttemptAt ?? nowMs) - nowMs));
+  return Math.max(r.idleMs, headWait + r.onWireMs);
 }

@@ -188,7 +188,9 @@ async function main() {
       const waiter = heldJobs[8]!;
       await eventually(
         async () =>
-          (await stack.tdb.db.query('SELECT 1 FROM outbound_waiters WHERE holder = $1', [waiter])).rowCount,
+          // Places are held per attempt: the holder is `${jobId}:${n}` (src/activities/delivery.ts).
+          (await stack.tdb.db.query('SELECT 1 FROM outbound_waiters WHERE holder = $1', [`${waiter}:1`]))
+            .rowCount,
         (n) => n === 1,
         60_000,
       );

@@ -204,6 +204,52 @@ async function main() {
     const sup = await delivery('superseded', '/wait', 2);
     await finish('superseded', sup.jobs[0]!, 'superseded');
     await stack.api(`/v1/tasks/${sup.taskId}/pushNotificationConfigs/${sup.configId}`, { method: 'DELETE' });
+    // Ordered delivery: a second event of a config whose first push is on the wire (held there by the
+    // receiver) waits for it ("waiting for delivery X", no attempt) and is woken when it ends. Over the
+    // bound of 1 the first job is superseded mid-request: its attempt on the wire holds the line until
+    // it returns (a 2xx, which lands).
+    let openOrder: () => void = () => undefined;
+    const orderGate = new Promise<void>((r) => (openOrder = r));
+    const inLine = await startReceiver({
+      script: (req) => (req.n === 1 ? { status: 200, gate: orderGate } : { status: 200 }),
+    });
+    try {
+      const taskId = 'task-order-wait';
+      await createConfig(stack, taskId, {
+        id: 'cfg-order-wait',
+        url: inLine.url,
+        authentication: { scheme: 'Bearer', credentials: CREDENTIAL },
+      });
+      const event = () =>
+        writeEvent(stack, taskId, {
+          statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' }, metadata: { mark: BODY_MARK } },
+        });
+      const ahead = (await event()).deliveries[0]!.id;
+      await inLine.waitFor(1, 60_000);
+      const waiter = (await event()).deliveries[0]!.id;
+      // Released as soon as the waiter has been held (well inside DELIVERY_TIMEOUT, 2 s).
+      await eventually(
+        async () =>
+          (await stack.tdb.db.query('SELECT held_by FROM delivery_jobs WHERE id = $1', [waiter])).rows[0]
+            ?.held_by,
+        (h) => h === ahead,
+        60_000,
+      );
+      openOrder();
+      await finish('order-wait', waiter, 'delivered');
+      const events = (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(waiter)).fetchHistory())
+        .events;
+      const summaries = (events ?? []).map((e) =>
+        e.userMetadata?.summary?.data ? Buffer.from(e.userMetadata.summary.data).toString() : '',
+      );
+      if (!summaries.some((x) => x.includes(`waiting for delivery ${ahead}`)))
+        throw new Error('order-wait: the waiter was never held');
+      if (inLine.requests.length !== 2)
+        throw new Error(`order-wait: ${inLine.requests.length} pushes, not 2`);
+    } finally {
+      openOrder();
+      await inLine.close();
+    }
 
     // ---- registration workflows
     const register = async (body: Record<string, unknown>): Promise<Json> => {

@@ -37,6 +37,7 @@ it('holds one history per outcome of both workflows', () => {
       'delivery-redirect',
       'delivery-cancelled',
       'delivery-superseded',
+      'delivery-order-wait',
       'registration-separate-resolved',
       'registration-embedded-resolved',
       'registration-failed-not-found',

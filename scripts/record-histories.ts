@@ -12,7 +12,6 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import * as prettier from 'prettier';
-import { WorkflowNotFoundError } from '@temporalio/client';
 import { historyToObject } from '../test/replay/history-payloads';
 import { startEmbeddedPostgres } from '../src/embedded/postgres';
 import { startDevServer } from '../src/embedded/temporal';
@@ -25,6 +24,7 @@ import {
   createConfig,
   eventually,
   startStack,
+  workflowResult,
   writeEvent,
   type Json,
 } from '../test/helpers/harness';
@@ -37,18 +37,6 @@ const CREDENTIAL = `push-credential-${crypto.randomBytes(8).toString('hex')}`;
 const AGENT_TOKEN = `agent-token-${crypto.randomBytes(8).toString('hex')}`;
 const BODY_MARK = `body-mark-${crypto.randomBytes(8).toString('hex')}`;
 
-/** The workflow's result, once the dispatcher (or the inbox) has started it. */
-async function resultOf(h: { result(): Promise<unknown> }): Promise<{ status: string }> {
-  for (let i = 0; ; i++) {
-    try {
-      return (await h.result()) as { status: string };
-    } catch (err) {
-      if (!(err instanceof WorkflowNotFoundError) || i > 600) throw err;
-      await new Promise((res) => setTimeout(res, 100));
-    }
-  }
-}
-
 async function main() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-push-record-'));
   const pg = await startEmbeddedPostgres({ dir: path.join(dir, 'pg'), port: await freePort(), fsync: false });
@@ -60,6 +48,9 @@ async function main() {
   process.env.TEST_WORKFLOW_BUNDLE = bundlePath;
 
   const temporal = await connectDevServer();
+  /** A workflow's result, once the dispatcher (or the inbox) has started it (within a minute). */
+  const resultOf = (workflowId: string) =>
+    workflowResult<{ status: string }>(temporal.client, workflowId, 60_000);
   const seen = new Map<string, number>();
   const receiver = await startReceiver({
     script: (req): ScriptedAnswer => {
@@ -135,7 +126,7 @@ async function main() {
         60_000,
       );
     const finish = async (name: string, jobId: string, status: string) => {
-      const r = await resultOf(temporal.client.workflow.getHandle(makeDeliveryWorkflowId(jobId)));
+      const r = await resultOf(makeDeliveryWorkflowId(jobId));
       if (r.status !== status) throw new Error(`${name}: expected ${status}, got ${r.status}`);
       histories.push({ name: `delivery-${name}`, workflowId: makeDeliveryWorkflowId(jobId) });
     };
@@ -259,8 +250,7 @@ async function main() {
       return b;
     };
     const endReg = async (name: string, id: string, status: string) => {
-      const h = temporal.client.workflow.getHandle(makeRegistrationWorkflowId(id));
-      const r = await resultOf(h);
+      const r = await resultOf(makeRegistrationWorkflowId(id));
       if (r.status !== status) throw new Error(`${name}: expected ${status}, got ${r.status}`);
       histories.push({ name: `registration-${name}`, workflowId: makeRegistrationWorkflowId(id) });
     };

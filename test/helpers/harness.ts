@@ -337,16 +337,26 @@ export type Json = any;
 export const json = async (r: Response | Promise<Response>): Promise<Json> => (await r).json();
 
 /**
- * The result of a delivery's workflow, once the dispatcher has started it (WorkflowNotFound until
- * then). On the time-skipping server, the wait moves the server's clock.
+ * The result of a workflow, once it has been started (WorkflowNotFound until then: the dispatcher or
+ * the inbox starts it); fails when it is still not found after `notFoundForMs`. On the time-skipping
+ * server, the wait moves the server's clock.
  */
-export async function deliveryResult(client: Client, jobId: string): Promise<DeliveryResult> {
+export async function workflowResult<T = unknown>(
+  client: Client,
+  workflowId: string,
+  notFoundForMs = Infinity,
+): Promise<T> {
+  const until = Date.now() + notFoundForMs;
   for (;;) {
     try {
-      return (await client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).result()) as DeliveryResult;
+      return (await client.workflow.getHandle(workflowId).result()) as T;
     } catch (err) {
-      if (!(err instanceof WorkflowNotFoundError)) throw err;
+      if (!(err instanceof WorkflowNotFoundError) || Date.now() > until) throw err;
       await new Promise((r) => setTimeout(r, 50));
     }
   }
 }
+
+/** The result of a delivery's workflow, once the dispatcher has started it. */
+export const deliveryResult = (client: Client, jobId: string): Promise<DeliveryResult> =>
+  workflowResult<DeliveryResult>(client, makeDeliveryWorkflowId(jobId));

@@ -3,7 +3,10 @@
  * the receiver in the order of X-A2A-Push-Sequence, whatever dies on the way.
  * - A worker killed (SIGKILL) while the head of a line is on the wire, five events queued behind it: a
  *   new worker redelivers the head (its killed attempt recorded `interrupted`), then the rest in order;
- *   no later event reaches the receiver before the head's redelivery; one duplicate (the head's).
+ *   no later event reaches the receiver before the head's redelivery; one duplicate (the head's). With
+ *   the same kill, a second line whose head was superseded (pushed out of the bound) while on the
+ *   wire: nothing later of it goes out until the head's attempt is recorded `interrupted`; the head is
+ *   not sent again.
  * - The Temporal dev server killed (SIGKILL) with a line of 20 on one config (the head answered 503
  *   twice, its third POST held by the receiver), the head answered while the server is down, five more
  *   events acknowledged while it is down (their starts refused: the dispatcher's sweep starts them
@@ -75,6 +78,8 @@ beforeAll(async () => {
       const before = earlier(req);
       // /kill: the head's first POST is never answered; the worker dies with it on the wire.
       if (req.path === '/kill' && seq === 1 && before === 0) return { hang: true };
+      // /sup: the same, for a head superseded while on the wire.
+      if (req.path === '/sup' && seq === 1 && before === 0) return { hang: true };
       // /temporal: the head is answered 503 twice, then its third POST is held until the test says.
       if (req.path === '/temporal' && seq === 1 && before < 2) return { status: 503 };
       if (req.path === '/temporal' && seq === 1 && before === 2)
@@ -88,7 +93,8 @@ beforeAll(async () => {
     databaseUrl: pg.url,
     temporalAddress: server.address,
     // A held POST stays on the wire until the test ends it (not the 2 s of FAST).
-    extra: { DELIVERY_TIMEOUT: '60s', DELIVERY_ORDER: 'per_config' },
+    // 31 events on /sup push its head out of the bound (30) while it is on the wire.
+    extra: { DELIVERY_TIMEOUT: '60s', DELIVERY_ORDER: 'per_config', OUTBOX_BOUND_PER_CONFIG: '30' },
   });
   api = await spawnService('api', env);
   worker = await spawnService('worker', env);
@@ -168,14 +174,22 @@ const allDelivered = (rows: JobRow[], n: number) =>
   rows.length === n && rows.every((r) => r.status === 'delivered');
 
 /**
- * What every case proves about one line (`ids` in event order, numbered 1..n): each request carries
- * its job's number and event; the numbers arrive in order (a repeat only right after itself); each
- * job's first attempt started after the job before it had ended; every attempt row is one request (an
- * `interrupted` one at most one unanswered request). Returns the repeats seen.
+ * What every case proves about one line (`ids` in event order, numbered 1..n; all delivered but the
+ * `superseded` ones): each request carries its job's number and event; the numbers arrive in order (a
+ * repeat only right after itself); each job's first attempt started after the job before it had ended;
+ * every attempt row is one request (an `interrupted` one at most one unanswered request). Returns the
+ * duplicates seen.
  */
-async function checkLine(p: string, ids: string[]): Promise<{ duplicates: number; arrivals: number[] }> {
+async function checkLine(
+  p: string,
+  ids: string[],
+  superseded: string[] = [],
+): Promise<{ duplicates: number; arrivals: number[] }> {
   const rows = await jobs(ids);
   expect(rows.map((r) => r.id)).toEqual(ids);
+  expect(rows.map((r) => r.status)).toEqual(
+    ids.map((id) => (superseded.includes(id) ? 'superseded' : 'delivered')),
+  );
   expect(rows.map((r) => Number(r.push_seq))).toEqual(ids.map((_, i) => i + 1));
   const got = on(p);
   for (const r of got) {
@@ -194,13 +208,17 @@ async function checkLine(p: string, ids: string[]): Promise<{ duplicates: number
     const mine = all.filter((a) => a.job_id === ids[k]);
     expect(mine.map((a) => a.n)).toEqual(mine.map((_, i) => i + 1));
     expect(mine.every((a) => a.outcome !== null)).toBe(true);
-    expect(mine.at(-1)).toMatchObject({ outcome: 'delivered', http_status: 200 });
+    if (!superseded.includes(ids[k]!))
+      expect(mine.at(-1)).toMatchObject({ outcome: 'delivered', http_status: 200 });
     const requests = got.filter((r) => deliveryOf(r) === ids[k]).length;
     const answered = mine.filter((a) => a.http_status !== null).length;
     const interrupted = mine.filter((a) => a.outcome === 'interrupted').length;
     expect(requests).toBeGreaterThanOrEqual(answered);
     expect(requests).toBeLessThanOrEqual(answered + interrupted);
-    duplicates += requests - answered;
+    // A duplicate: the event arrived again though no answer of the receiver asked for it again (its
+    // first arrival, and one after each non-2xx answer, are not).
+    const refused = mine.filter((a) => a.http_status !== null && a.outcome !== 'delivered').length;
+    duplicates += Math.max(0, requests - refused - 1);
     // Its first attempt started once the job before it had ended (Postgres' clock and the workflow's
     // are the same machine's).
     if (k > 0)
@@ -256,31 +274,59 @@ async function lastActivityRuns(id: string): Promise<number> {
 /** Whether every job but the first has made its check: held back (or, were the order broken, gone out). */
 const checked = (rows: JobRow[]) => rows.slice(1).every((r) => r.held_by !== null || r.status !== 'queued');
 
-it('worker SIGKILLed mid-POST of the head of a line: a new worker redelivers the head, then the rest in order', async () => {
+it('worker SIGKILLed mid-POST of the heads of two lines (one superseded meanwhile): nothing later goes out before the head ended, then the rest in order', async () => {
   const t0 = Date.now();
   await config('order-kill', '/kill');
+  await config('order-sup', '/sup');
   const ids = await events('order-kill', 0, 6);
-
-  // The head is on the wire, held; the five behind it have each made their check.
-  const before = await eventually(
-    () => jobs(ids),
-    (rows) => on('/kill').length >= 1 && checked(rows),
+  // /sup: its head on the wire, then 30 more events: the head is superseded (the bound is 30) while
+  // its POST is held, and still holds its line until its attempt has an outcome.
+  const sup = await events('order-sup', 0, 1);
+  await eventually(
+    async () => on('/sup').length,
+    (n) => n >= 1,
     60_000,
   );
-  // Each waits for the one before it, and nothing but the head went out.
-  expect(before.slice(1).map((r) => [r.status, r.held_by])).toEqual(
+  sup.push(...(await events('order-sup', 1, 30)));
+
+  // Both heads are on the wire, held; every job behind them has made its check.
+  const before = await eventually(
+    async () => ({ kill: await jobs(ids), sup: await jobs(sup) }),
+    (v) => on('/kill').length >= 1 && checked(v.kill) && checked(v.sup),
+    60_000,
+  );
+  // Each waits for the one before it, and nothing but the heads went out.
+  expect(before.kill.slice(1).map((r) => [r.status, r.held_by])).toEqual(
     ids.slice(0, -1).map((id) => ['queued', id]),
   );
+  expect(before.sup[0]!.status).toBe('superseded');
+  expect(before.sup.slice(1).map((r) => [r.status, r.held_by])).toEqual(
+    sup.slice(0, -1).map((id) => ['queued', id]),
+  );
   expect(on('/kill').map(seqOf)).toEqual([1]);
+  expect(on('/sup').map(seqOf)).toEqual([1]);
   await killHard(worker);
   const killedAt = Date.now();
 
   worker = await spawnService('worker', env);
   svcs.push(worker);
   await ready(worker);
+  // While the superseded head's attempt has no outcome, nothing later of its line has gone out (the
+  // receiver is read first: a request seen then was made while the outcome was still missing).
+  const headEnded = await eventually(
+    async () => {
+      const sent = on('/sup').map(seqOf);
+      const [head] = await attempts([sup[0]!]);
+      if (head!.outcome === null) expect(sent).toEqual([1]);
+      return head!.outcome;
+    },
+    (o) => o !== null,
+    60_000,
+  );
+  expect(headEnded).toBe('interrupted');
   await eventually(
-    () => jobs(ids),
-    (rows) => allDelivered(rows, ids.length),
+    async () => [...(await jobs(ids)), ...(await jobs(sup.slice(1)))],
+    (rows) => allDelivered(rows, ids.length + sup.length - 1),
     120_000,
   );
 
@@ -297,12 +343,21 @@ it('worker SIGKILLed mid-POST of the head of a line: a new worker redelivers the
     expect(rows.filter((a) => a.job_id === id)).toEqual([
       expect.objectContaining({ n: 1, outcome: 'delivered', http_status: 200 }),
     ]);
+  // The superseded head is not sent again; its one attempt is interrupted; the others follow once each.
+  const supLine = await checkLine('/sup', sup, [sup[0]!]);
+  expect(supLine.arrivals).toEqual(sup.map((_, i) => i + 1));
+  expect(await attempts([sup[0]!])).toEqual([
+    expect.objectContaining({ n: 1, outcome: 'interrupted', http_status: null }),
+  ]);
+
   const got = on('/kill');
-  const fired = await rechecksFired(ids);
+  const gotSup = on('/sup');
+  const fired = await rechecksFired([...ids, ...sup]);
   process.stdout.write(
-    `ordered worker-kill: ${ids.length} jobs in order, duplicates ${duplicates}; the head redelivered ` +
-      `${secs(got[1]!.at - killedAt)} after the kill, the other ${ids.length - 1} within ${secs(got.at(-1)!.at - got[1]!.at)} ` +
-      `after it; rechecks fired: ${fired.join(', ') || 'none'}; ${secs(Date.now() - t0)} in all\n`,
+    `ordered worker-kill: ${ids.length} + ${sup.length} jobs in order, duplicates ${duplicates} + ${supLine.duplicates}; ` +
+      `the head redelivered ${secs(got[1]!.at - killedAt)} after the kill, the other ${ids.length - 1} within ` +
+      `${secs(got.at(-1)!.at - got[1]!.at)} after it; the superseded head's line went on ${secs(gotSup[1]!.at - killedAt)} ` +
+      `after the kill; rechecks fired: ${fired.join(', ') || 'none'}; ${secs(Date.now() - t0)} in all\n`,
   );
 });
 

@@ -214,8 +214,10 @@ describe('FIFO per config (retries 2 s)', () => {
   });
 });
 
-describe('a line in backoff (retries 10 min)', () => {
-  const s = stackFor('long', { RETRY_INITIAL: '10m', RETRY_MAX: '1h' });
+describe('a line in backoff (retries 10 min; 1 call per target)', () => {
+  // One call per target: each test here but the last has a receiver per config and one request on the
+  // wire at a time; the last one shares a receiver between two configs to fill its slot.
+  const s = stackFor('long', { RETRY_INITIAL: '10m', RETRY_MAX: '1h', OUTBOUND_HOST_CONCURRENCY: '1' });
   /** The production api process (src/services.ts) on this stack's database: its /metrics has the outbox gauges. */
   let api: Service & { port: number };
   beforeAll(async () => {
@@ -243,15 +245,15 @@ describe('a line in backoff (retries 10 min)', () => {
   };
 
   /**
-   * Config `c` of `taskId`: event 1's job in backoff (its receiver answers 503 while `failing`), events 2
-   * and 3 held behind it, each by the one before (as their own workflows saw it), and no early attempt
-   * pending: the line as it stands still.
+   * Config `c` of `taskId`: event 1's job in backoff (its receiver answers `head.answer` to it, 503
+   * until the test says otherwise), events 2 and 3 held behind it, each by the one before (as their own
+   * workflows saw it), and no early attempt pending: a line standing still.
    */
   async function lineInBackoff(taskId: string) {
     const { stack } = s;
     const r = await receiver();
-    const mode = { answer: 503 };
-    r.setScript((req) => (seqOf(req) === 1 ? { status: mode.answer } : { status: 200 }));
+    const head: { answer: ScriptedAnswer } = { answer: { status: 503 } };
+    r.setScript((req) => (seqOf(req) === 1 ? head.answer : { status: 200 }));
     await createConfig(stack, taskId, { id: 'c', url: r.url });
     const jobs = [await eventJob(stack, taskId, 1)];
     await eventually(
@@ -268,7 +270,7 @@ describe('a line in backoff (retries 10 min)', () => {
       () => orderRow(stack, jobs[0]!),
       (j) => j.status === 'waiting_retry' && !j.wake_early,
     );
-    return { r, mode, jobs };
+    return { r, head, jobs };
   }
 
   it('two configs of one task: one in backoff holds only its own line; the other delivers every event in order meanwhile', async () => {
@@ -322,6 +324,50 @@ describe('a line in backoff (retries 10 min)', () => {
     expect(await eventually(heldGauge, (n) => n === 0)).toBe(0);
   });
 
+  it('a2a_push_outbox_held counts a job while the line of its config holds it, not once it only waits for a slot at its target', async () => {
+    const { stack } = s;
+    const r = await receiver();
+    const slotHolder = held(200);
+    const other = held(200);
+    // The first two requests are held on the wire until the test releases them.
+    r.setScript((req) => (req.n === 1 ? slotHolder.answer : req.n === 2 ? other.answer : { status: 200 }));
+    // Config b's first push takes the target's one slot and stays on the wire; b's second is held by it.
+    await createConfig(stack, 'order-gauge-b', { id: 'c', url: r.url });
+    await createConfig(stack, 'order-gauge-a', { id: 'c', url: r.url });
+    const b1 = await eventJob(stack, 'order-gauge-b', 1);
+    await r.waitFor(1, 20_000);
+    const b2 = await eventJob(stack, 'order-gauge-b', 2);
+    await eventually(
+      () => orderRow(stack, b2),
+      (j) => j.held_by === b1,
+    );
+    // Config a's push waits for the slot: in the target's line, not held by its own config.
+    const a1 = await eventJob(stack, 'order-gauge-a', 1);
+    const slotLine = async () =>
+      (
+        await stack.tdb.db.query<{ holder: string }>(
+          'SELECT holder FROM outbound_waiters WHERE target = $1 ORDER BY seq',
+          [`127.0.0.1:${r.port}`],
+        )
+      ).rows.map((w) => w.holder.split(':')[0]);
+    await eventually(slotLine, (w) => w.length === 1 && w[0] === a1);
+    expect(await eventually(heldGauge, (n) => n === 1)).toBe(1);
+
+    // b1 ends: the slot goes to a1 (on the wire, held), and b2, no longer held by its line, waits for the slot.
+    slotHolder.release();
+    await statusIs(stack, b1, 'delivered');
+    await r.waitFor(2, 20_000);
+    expect(idOf(r.requests[1]!)).toBe(a1);
+    await eventually(slotLine, (w) => w.length === 1 && w[0] === b2);
+    expect(await view(stack, b2)).toMatchObject({ status: 'queued', attempts: [] });
+    expect((await view(stack, b2)).waitingFor).toBeUndefined();
+    expect(await heldGauge()).toBe(0);
+
+    other.release();
+    for (const id of [a1, b2]) await statusIs(stack, id, 'delivered');
+    expect(r.requests.map(idOf)).toEqual([b1, a1, b2]);
+  });
+
   it.each([
     [401, 'auth_failed', 'http_401'],
     [404, 'stopped', 'http_404'],
@@ -330,10 +376,15 @@ describe('a line in backoff (retries 10 min)', () => {
     async (answer, status, reason) => {
       const { stack } = s;
       const taskId = `order-${answer}`;
-      const { r, mode, jobs } = await lineInBackoff(taskId);
-      mode.answer = answer;
-      // A new event wakes the head for one early attempt: the receiver's answer now ends the config.
+      const { r, head, jobs } = await lineInBackoff(taskId);
+      // The head's next request is held until event 4 is written (so the config is still active then),
+      // and answered `answer`.
+      const end = held(answer);
+      head.answer = end.answer;
+      // A new event wakes the head for one early attempt: the receiver's answer ends the config.
       jobs.push(await eventJob(stack, taskId, 4));
+      expect(await view(stack, jobs[3]!)).toMatchObject({ status: 'queued', waitingFor: jobs[2] });
+      end.release();
       expect(await statusIs(stack, jobs[0]!, status)).toMatchObject({ reason });
       expect(await configRow(stack, taskId, 'c')).toEqual({ status, status_reason: reason });
       for (const id of jobs.slice(1))

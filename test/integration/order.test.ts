@@ -11,7 +11,9 @@
  */
 import crypto from 'node:crypto';
 import { loadSettings } from '../../src/config';
+import { makeDeliveryWorkflowId } from '../../src/ids';
 import { startApi, type Service } from '../../src/services';
+import { deliveryStatusQuery } from '../../src/workflows/signals';
 import {
   configRow,
   connectDevServer,
@@ -157,6 +159,12 @@ describe('FIFO per config (retries 2 s)', () => {
       () => orderRow(stack, second),
       (j) => j.held_by === head,
     );
+    // What an operator sees of a held job: the status query (the Web UI's details say the same).
+    const st = await eventually(
+      () => temporal.client.workflow.getHandle(makeDeliveryWorkflowId(jobs[4]!)).query(deliveryStatusQuery),
+      (q) => q.waitingFor !== undefined,
+    );
+    expect(st).toMatchObject({ status: 'queued', attempts: 0, waitingFor: jobs[3] });
     last.release();
 
     for (const id of jobs) await statusIs(stack, id, 'delivered');

@@ -43,10 +43,10 @@ afterAll(async () => {
 });
 
 /** A stack of its own (database, API, worker, task queue) for one describe block, closed after it. */
-function stackFor(name: string, env: Record<string, string>, apiEnv?: Record<string, string>) {
+function stackFor(name: string, env: Record<string, string>) {
   const s: { stack: Stack } = { stack: undefined as unknown as Stack };
   beforeAll(async () => {
-    s.stack = await startStack(temporal, `${queue}-${name}`, { env, ...(apiEnv ? { apiEnv } : {}) });
+    s.stack = await startStack(temporal, `${queue}-${name}`, { env });
   });
   afterAll(async () => {
     await s.stack?.close();
@@ -92,18 +92,21 @@ async function event(stack: Stack, taskId: string, k: number) {
   });
 }
 
-/** Writes event k and answers the id of its one delivery (to `configId` when the task has several). */
-async function eventJob(stack: Stack, taskId: string, k: number, configId?: string): Promise<string> {
+/** Writes event k of a task with one config and answers the id of its delivery. */
+async function eventJob(stack: Stack, taskId: string, k: number): Promise<string> {
   const ev = await event(stack, taskId, k);
-  const d = configId ? ev.deliveries.find((x) => x.configId === configId) : ev.deliveries[0];
-  if (!d) throw new Error(`event ${k} of ${taskId}: no delivery ${configId ?? ''}`);
-  return d.id;
+  if (ev.deliveries.length !== 1)
+    throw new Error(`event ${k} of ${taskId}: ${JSON.stringify(ev.deliveries)}`);
+  return ev.deliveries[0]!.id;
 }
 
 const view = (stack: Stack, id: string): Promise<Json> => json(stack.api(`/v1/deliveries/${id}`));
-const until = (stack: Stack, id: string, ok: (d: Json) => boolean, timeoutMs?: number) =>
-  eventually(() => view(stack, id), ok, timeoutMs);
-const statusIs = (stack: Stack, id: string, status: string) => until(stack, id, (d) => d.status === status);
+/** The delivery's view once it has this status (polled; 20 s at most). */
+const statusIs = (stack: Stack, id: string, status: string) =>
+  eventually(
+    () => view(stack, id),
+    (d) => d.status === status,
+  );
 
 /** The job row's order columns, as the activity left them. */
 async function orderRow(stack: Stack, id: string) {
@@ -223,8 +226,8 @@ describe('FIFO per config (retries 2 s)', () => {
 });
 
 describe('a line in backoff (retries 10 min; 1 call per target)', () => {
-  // One call per target: each test here but the last has a receiver per config and one request on the
-  // wire at a time; the last one shares a receiver between two configs to fill its slot.
+  // One call per target: the gauge test shares a receiver between two configs to fill its slot; the
+  // others have a receiver per config, with one request on the wire at a time.
   const s = stackFor('long', { RETRY_INITIAL: '10m', RETRY_MAX: '1h', OUTBOUND_HOST_CONCURRENCY: '1' });
   /** The production api process (src/services.ts) on this stack's database: its /metrics has the outbox gauges. */
   let api: Service & { port: number };

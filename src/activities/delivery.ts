@@ -97,6 +97,7 @@ interface Context {
   push_seq: string | null;
   ordered: boolean;
   wake_early: boolean;
+  held_by: string | null;
   status: JobStatus;
   reason: string | null;
   attempt_count: number;
@@ -128,7 +129,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
   async function loadAttemptContext(jobId: string, n: number): Promise<Context | undefined> {
     // One round trip: the job, its config, the event's body, this attempt's row and the sealed credential.
     const r = await db.query<Omit<Context, 'secret'> & SecretColumns>(
-      `SELECT j.seq, j.push_seq, j.ordered, j.wake_early, j.status, j.reason, j.attempt_count, j.next_attempt_at, j.deadline, j.tenant_id, j.task_id,
+      `SELECT j.seq, j.push_seq, j.ordered, j.wake_early, j.held_by, j.status, j.reason, j.attempt_count, j.next_attempt_at, j.deadline, j.tenant_id, j.task_id,
               j.config_row_id, j.config_id, c.url, c.credential_id, c.status AS config_status,
               c.status_reason AS config_reason, c.deleted_at IS NOT NULL AS config_deleted, e.body,
               a.outcome AS attempt_outcome, a.n IS NOT NULL AS attempt_started,
@@ -486,6 +487,11 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
           waitingFor: ahead.id,
         };
       }
+      // Its line lets it go: no longer held (a2a_push_outbox_held), though it may still wait for a slot.
+      if (ctx.held_by !== null)
+        await db.query(`UPDATE delivery_jobs SET held_by = NULL WHERE id = $1 AND status = 'queued'`, [
+          input.jobId,
+        ]);
     }
 
     const verdict = checkUrlStatic(ctx.url, deps.policy);

@@ -115,8 +115,12 @@ async function orderRow(stack: Stack, id: string) {
     attempt_count: number;
     held_by: string | null;
     wake_early: boolean;
+    early_taken: boolean;
     ordered: boolean;
-  }>('SELECT status, attempt_count, held_by, wake_early, ordered FROM delivery_jobs WHERE id = $1', [id]);
+  }>(
+    'SELECT status, attempt_count, held_by, wake_early, early_taken, ordered FROM delivery_jobs WHERE id = $1',
+    [id],
+  );
   return r.rows[0]!;
 }
 
@@ -258,31 +262,61 @@ describe('a line in backoff (retries 10 min; 1 call per target)', () => {
   /**
    * Config `c` of `taskId`: event 1's job in backoff (its receiver answers `head.answer` to it, 503
    * until the test says otherwise), events 2 and 3 held behind it, each by the one before (as their own
-   * workflows saw it), and no early attempt pending: a line standing still.
+   * workflows saw it), and its early attempt still to take: a line standing still. Events 2 and 3 are
+   * written while the head's first request is on the wire, so they do not wake it (a head takes one
+   * early attempt per wait).
    */
   async function lineInBackoff(taskId: string) {
     const { stack } = s;
     const r = await receiver();
-    const head: { answer: ScriptedAnswer } = { answer: { status: 503 } };
+    const first = held(503);
+    const head: { answer: ScriptedAnswer } = { answer: first.answer };
     r.setScript((req) => (seqOf(req) === 1 ? head.answer : { status: 200 }));
     await createConfig(stack, taskId, { id: 'c', url: r.url });
     const jobs = [await eventJob(stack, taskId, 1)];
-    await eventually(
-      () => orderRow(stack, jobs[0]!),
-      (j) => j.status === 'waiting_retry',
-    );
+    await r.waitFor(1, 20_000);
     jobs.push(await eventJob(stack, taskId, 2), await eventJob(stack, taskId, 3));
     for (const i of [1, 2])
       await eventually(
         () => orderRow(stack, jobs[i]!),
         (j) => j.status === 'queued' && j.held_by === jobs[i - 1],
       );
+    head.answer = { status: 503 };
+    first.release();
     await eventually(
       () => orderRow(stack, jobs[0]!),
-      (j) => j.status === 'waiting_retry' && !j.wake_early,
+      (j) => j.status === 'waiting_retry' && !j.wake_early && !j.early_taken,
     );
     return { r, head, jobs };
   }
+
+  it('a head takes one early attempt per wait: a second event in the same wait does not wake it again', async () => {
+    const { stack } = s;
+    const taskId = 'order-once';
+    const { r, jobs } = await lineInBackoff(taskId);
+    expect(r.requests).toHaveLength(1);
+    // Event 4 wakes the head: its early attempt gets 503 again, and it waits for its next step.
+    jobs.push(await eventJob(stack, taskId, 4));
+    await r.waitFor(2, 20_000);
+    await eventually(
+      () => orderRow(stack, jobs[0]!),
+      (j) => j.status === 'waiting_retry' && j.attempt_count === 2 && j.early_taken,
+    );
+    // Event 5 finds the head's early attempt of this wait spent: no wake, no attempt.
+    jobs.push(await eventJob(stack, taskId, 5));
+    expect(await orderRow(stack, jobs[0]!)).toMatchObject({ wake_early: false, early_taken: true });
+    await eventually(
+      () => orderRow(stack, jobs[4]!),
+      (j) => j.held_by === jobs[3],
+    );
+    expect(r.requests).toHaveLength(2);
+    expect((await view(stack, jobs[0]!)).attempts).toHaveLength(2);
+    // Leaves no held line behind (the gauge tests of this stack count exactly).
+    expect(
+      (await stack.api(`/v1/tasks/${taskId}/pushNotificationConfigs/c`, { method: 'DELETE' })).status,
+    ).toBe(204);
+    for (const id of jobs) await statusIs(stack, id, 'cancelled');
+  });
 
   it('two configs of one task: one in backoff holds only its own line; the other delivers every event in order meanwhile', async () => {
     const { stack } = s;

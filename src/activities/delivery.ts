@@ -229,8 +229,12 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     const final = isFinished(status);
     return inTx(db, async (tx) => {
       await tx.query(
+        // Two runs of one attempt can overlap (Temporal retried an activity whose worker was alive but
+        // silent): the run that made the request may replace `interrupted` with what really happened;
+        // `interrupted` never replaces a real outcome.
         `UPDATE delivery_attempts SET duration_ms = $3, outcome = $4, http_status = $5, error = $6, retry_after_ms = $7
-          WHERE job_id = $1 AND n = $2`,
+          WHERE job_id = $1 AND n = $2
+            AND (outcome IS NULL OR (outcome = 'interrupted' AND $4 <> 'interrupted'))`,
         [
           input.jobId,
           n,
@@ -242,13 +246,17 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
         ],
       );
       // A 2xx always lands: the receiver has it, even if the job was superseded or its config deleted meanwhile.
-      const allowed = status === 'delivered' ? "status <> 'delivered'" : "status = 'in_flight'";
+      // Only this attempt's own state: a late run of attempt n never overwrites attempt n+1's.
+      const allowed =
+        status === 'delivered'
+          ? "status <> 'delivered' AND $7::integer IS NOT NULL"
+          : "status = 'in_flight' AND attempt_count = $7";
       const u = await tx.query<{ status: JobStatus }>(
         `UPDATE delivery_jobs
             SET status = $2, reason = $3, finished_at = CASE WHEN $4 THEN now() ELSE NULL END,
                 next_attempt_at = CASE WHEN $5::bigint IS NULL THEN NULL ELSE to_timestamp(($6::bigint + $5::bigint) / 1000.0) END
           WHERE id = $1 AND ${allowed} RETURNING status`,
-        [input.jobId, status, c.reason, final, waitMs ?? null, input.now],
+        [input.jobId, status, c.reason, final, waitMs ?? null, input.now, n],
       );
       if (u.rowCount === 0) {
         const cur = await tx.query<{ status: JobStatus; attempt_count: number }>(

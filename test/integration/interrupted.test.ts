@@ -82,3 +82,82 @@ it('a started attempt found on retry is marked interrupted, counts, and the next
   expect(receiver.requests).toHaveLength(1);
   expect(receiver.requests[0]!.headers['x-a2a-push-delivery']).toBe(jobId);
 });
+
+it('two overlapping runs of one attempt: the late run records what really happened on its attempt row and never touches the next attempt', async () => {
+  // Temporal retried attempt 1 (its worker alive but silent past the heartbeat timeout) while the
+  // first run's request was still on the wire; attempt 2 then started before that request returned.
+  const acts = createDeliveryActivities({
+    db: tdb.db,
+    keyring: Keyring.parse(Keyring.generateEntry('k')),
+    http,
+    policy,
+    retry,
+    timeoutMs: 10_000,
+    logger: pino({ level: 'silent' }),
+    slots: new HostSlots(tdb.db, { ...DEFAULT_SLOT_SETTINGS, capacity: 8 }),
+    wake: async () => undefined,
+    failingAfterMs: 5 * 86_400_000,
+  });
+  await tdb.db.query(
+    `INSERT INTO push_configs (tenant_id, task_id, id, url) VALUES ('t', 'task2', 'c', $1)`,
+    [receiver.url],
+  );
+  const ev = await inTx(tdb.db, (tx) =>
+    writeEvent(tx, {
+      tenantId: 't',
+      taskId: 'task2',
+      kind: 'task',
+      body: '{"task":{}}',
+      deadlineMs: 86_400_000,
+      boundPerConfig: 64,
+    }),
+  );
+  const jobId = ev.starts[0]!.id;
+  const seen = receiver.requests.length;
+  let releaseFirst!: () => void;
+  let releaseSecond!: () => void;
+  const first = new Promise<void>((r) => (releaseFirst = r));
+  const second = new Promise<void>((r) => (releaseSecond = r));
+  receiver.setScript((req) =>
+    req.n === seen + 1 ? { status: 503, gate: first } : { status: 200, gate: second },
+  );
+  const now = Date.now();
+  const runA = acts.attemptDelivery({ jobId, attempt: 1, now, jitter: 0.5 });
+  await receiver.waitFor(seen + 1, 10_000);
+
+  // The rerun of attempt 1 finds it started without an outcome: interrupted, the next after the wait.
+  const rerun = await acts.attemptDelivery({ jobId, attempt: 1, now: now + 20_000, jitter: 0.5 });
+  expect(rerun).toMatchObject({ status: 'waiting_retry', attempts: 1, outcome: 'interrupted' });
+  const runC = acts.attemptDelivery({ jobId, attempt: 2, now: now + 60_000, jitter: 0.5 });
+  await receiver.waitFor(seen + 2, 10_000);
+  const job = () =>
+    tdb.db
+      .query<{ status: string; attempt_count: number }>(
+        'SELECT status, attempt_count FROM delivery_jobs WHERE id = $1',
+        [jobId],
+      )
+      .then((r) => r.rows[0]!);
+  expect(await job()).toEqual({ status: 'in_flight', attempt_count: 2 });
+
+  // The first request returns (503) while attempt 2 is on the wire.
+  releaseFirst();
+  const late = await runA;
+  expect(late).toMatchObject({ status: 'in_flight', attempts: 2 });
+  expect(await job()).toEqual({ status: 'in_flight', attempt_count: 2 });
+  const rows = await tdb.db.query(
+    'SELECT n, outcome, http_status FROM delivery_attempts WHERE job_id = $1 ORDER BY n',
+    [jobId],
+  );
+  expect(rows.rows).toEqual([
+    { n: 1, outcome: 'retry', http_status: 503 },
+    { n: 2, outcome: null, http_status: null },
+  ]);
+
+  releaseSecond();
+  expect(await runC).toMatchObject({ status: 'delivered', attempts: 2 });
+  // A rerun's `interrupted` never replaces a real outcome.
+  await acts.attemptDelivery({ jobId, attempt: 1, now: now + 90_000, jitter: 0.5 });
+  expect(
+    (await tdb.db.query('SELECT outcome FROM delivery_attempts WHERE job_id = $1 AND n = 1', [jobId])).rows,
+  ).toEqual([{ outcome: 'retry' }]);
+});

@@ -41,7 +41,9 @@ beforeAll(async () => {
     databaseUrl: tdb.url,
     temporalAddress: process.env.TEST_TEMPORAL_ADDRESS!,
     // The backoff after the first 503 is 8-12 s: long enough to kill the worker inside it.
-    extra: { RETRY_INITIAL: '10s', RETRY_MAX: '20s' },
+    // Four jobs of one config on the wire at once: each job's own durability through a kill is what
+    // this tests, so without the per-config order (faults/ordered-delivery.test.ts keeps order).
+    extra: { RETRY_INITIAL: '10s', RETRY_MAX: '20s', DELIVERY_ORDER: 'none' },
   });
   api = await spawnService('api', env);
   svcs.push(api);

@@ -121,6 +121,9 @@ export const settingsSchema = z
     OUTBOX_BOUND_PER_CONFIG: int(64, 1, 1_000_000),
     // per_config: a config's pushes go out in event order (a job waits for the earlier ones); none: at once.
     DELIVERY_ORDER: z.enum(['per_config', 'none']).default('per_config'),
+    // The workflow type new deliveries start as (issue 21): classic (an activity per attempt) or lean (the
+    // fast-lane attempt as a local activity). Runs already started finish as the type they started as.
+    DELIVERY_WORKFLOW: z.enum(['classic', 'lean']).default('classic'),
     // Calls to one target (host or address, plus port) on the wire at once, across all workers.
     OUTBOUND_HOST_CONCURRENCY: int(8, 1, 10_000),
     // Activity slots of the slow lane: attempts to targets that recently timed out, refused or were slow.

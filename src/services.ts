@@ -91,6 +91,7 @@ export async function startApi(rt: Runtime): Promise<Service & { dispatcher: Dis
     taskQueue: s.TASK_QUEUE,
     logger: rt.logger,
     sweepIntervalMs: s.SWEEP_INTERVAL,
+    workflow: s.DELIVERY_WORKFLOW,
     plan: describePlan({
       initialMs: s.RETRY_INITIAL,
       factor: s.RETRY_FACTOR,

@@ -66,16 +66,33 @@ export interface JobToStart {
   plan?: string;
 }
 
+/** DELIVERY_WORKFLOW: which delivery workflow type new jobs start as. */
+export type DeliveryWorkflowKind = 'classic' | 'lean';
+
+export const DELIVERY_WORKFLOW_TYPES: Record<DeliveryWorkflowKind, string> = {
+  classic: 'deliveryWorkflow',
+  lean: 'deliveryWorkflowLean',
+};
+
+/**
+ * The lean type's workflow task timeout: its fast-lane attempt runs inside a workflow task (a local
+ * activity) with no heartbeat of its own, so this is how soon a killed worker is noticed (today's
+ * activity heartbeat timeout is 20 s too). The SDK heartbeats a longer task at 80 % (16 s).
+ */
+export const LEAN_WORKFLOW_TASK_TIMEOUT = '20 seconds';
+
 /** Starts a job's workflow; a workflow that already exists (started before a crash) counts as started. */
 export async function startDeliveryWorkflow(
   client: Client,
   taskQueue: string,
   job: JobToStart,
+  kind: DeliveryWorkflowKind = 'classic',
 ): Promise<void> {
   try {
-    await client.workflow.start('deliveryWorkflow', {
+    await client.workflow.start(DELIVERY_WORKFLOW_TYPES[kind], {
       workflowId: makeDeliveryWorkflowId(job.id),
       taskQueue,
+      ...(kind === 'lean' ? { workflowTaskTimeout: LEAN_WORKFLOW_TASK_TIMEOUT } : {}),
       args: [{ jobId: job.id }],
       workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
       // The tenant's fairness key: its workflow and activity tasks (activities inherit the

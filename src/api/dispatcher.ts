@@ -4,7 +4,12 @@ import type { Db } from '../db/pool';
 import { hostOf } from '../ids';
 import { withRequestContext } from '../request-context';
 import { inSpan } from '../tracing';
-import { signalRegistration, startDeliveryWorkflow, type JobToStart } from '../temporal';
+import {
+  signalRegistration,
+  startDeliveryWorkflow,
+  type DeliveryWorkflowKind,
+  type JobToStart,
+} from '../temporal';
 
 export interface DispatcherOptions {
   db: Db;
@@ -24,6 +29,8 @@ export interface DispatcherOptions {
   directLeaseMs?: number;
   /** The attempt plan shown in each delivery workflow's static details. */
   plan?: string;
+  /** DELIVERY_WORKFLOW: the workflow type every start (direct, claim, sweep, a `:retry`'s job) uses. */
+  workflow?: DeliveryWorkflowKind;
 }
 
 /**
@@ -159,10 +166,12 @@ export class Dispatcher {
         attributes: { 'a2a_push.dispatch.path': path, 'a2a_push.job_id': job.id },
       },
       () =>
-        startDeliveryWorkflow(this.o.client, this.o.taskQueue, {
-          ...job,
-          ...(this.o.plan ? { plan: this.o.plan } : {}),
-        }),
+        startDeliveryWorkflow(
+          this.o.client,
+          this.o.taskQueue,
+          { ...job, ...(this.o.plan ? { plan: this.o.plan } : {}) },
+          this.o.workflow ?? 'classic',
+        ),
     );
   }
 

@@ -240,6 +240,17 @@ export class Workers {
       ...(wf.sinks ? { sinks: wf.sinks } : {}),
       interceptors: { ...interceptors, workflowModules: wf.workflowModules },
       maxConcurrentActivityTaskExecutions: 200,
+      // The lean type's fast-lane attempt is a local activity, and a run waiting for one keeps its
+      // workflow task slot the whole time (also while the attempt waits for a local activity slot):
+      // with the default 40 slots, 40 attempts on the wire would stall every other run on this worker
+      // (timers, wake signals, queries, new starts). 200 local activity slots are as many attempts at
+      // once as the 200 activity slots of the classic type; 300 workflow task slots leave 100 for the
+      // rest while up to 300 attempts are under way at once. Past that, workflow tasks wait on the
+      // server until attempts end (each within DELIVERY_TIMEOUT ≤ 60 s; a target that times out or is
+      // slow moves to the slow lane's normal activities, which hold no workflow task slot). Workflow
+      // task slots may not exceed maxCachedWorkflows (500).
+      maxConcurrentWorkflowTaskExecutions: 300,
+      maxConcurrentLocalActivityExecutions: 200,
       // A backlog is thousands of deliveries asleep on timers: each cached run holds memory, and one that
       // wakes after eviction replays its few events. 500 keeps the worker's memory bounded (bench 6).
       maxCachedWorkflows: 500,

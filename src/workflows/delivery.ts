@@ -2,12 +2,13 @@ import {
   condition,
   log,
   proxyActivities,
+  proxyLocalActivities,
   setCurrentDetails,
   setHandler,
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
-import type { DeliveryActivities, AttemptOutput } from '../activities/delivery';
+import type { DeliveryActivities, AttemptInput, AttemptOutput } from '../activities/delivery';
 import { DeliveryStatus } from './search-attributes';
 import { deliveryStatusQuery, wakeSignal, type DeliveryState } from './signals';
 
@@ -34,8 +35,64 @@ export interface DeliveryResult {
   reason?: string;
 }
 
+/** One call of the attempt activity, in one lane, with the summary the Web UI shows for it. */
+type AttemptCall = (summary: string, input: AttemptInput) => Promise<AttemptOutput>;
+
 /** One workflow per delivery job: one activity per attempt, a timer (cut short by `wake`) between them. */
 export async function deliveryWorkflow({ jobId }: DeliveryInput): Promise<DeliveryResult> {
+  // The slow lane: attempts to a target that recently timed out, refused or was slow run on their own
+  // task queue, whose worker slots are bounded apart (SLOW_LANE_CONCURRENCY), so many dead targets
+  // together can never take the slots healthy targets need.
+  const slowLane = proxyActivities<DeliveryActivities>({
+    ...attemptOptions,
+    taskQueue: `${workflowInfo().taskQueue}-slow`,
+  });
+  return deliveryLoop(jobId, {
+    fast: (summary, input) => attemptDelivery.executeWithOptions({ summary }, [input]),
+    slow: (summary, input) => slowLane.attemptDelivery.executeWithOptions({ summary }, [input]),
+  });
+}
+
+/**
+ * The fast lane of the lean type (issue 21): the attempt as a local activity, run by the worker that
+ * runs the workflow task, recorded as one marker event in the task's completion (no activity task,
+ * no second workflow task). No activity heartbeat: a killed worker is noticed by the workflow task
+ * timeout (20 s, set at start: src/temporal.ts), after which the attempt runs again and finds its row
+ * started: `interrupted`, as after today's heartbeat timeout. A retry backoff of 10 s or more (the
+ * service's own failures: Postgres away) waits on a server timer rather than in the worker, which
+ * would hold the workflow task slot meanwhile.
+ */
+const { attemptDelivery: attemptLocally } = proxyLocalActivities<DeliveryActivities>({
+  startToCloseTimeout: attemptOptions.startToCloseTimeout,
+  retry: attemptOptions.retry,
+  localRetryThreshold: '10 seconds',
+});
+
+/**
+ * The lean delivery workflow (DELIVERY_WORKFLOW=lean): the same loop, the fast-lane attempt as a local
+ * activity (a first-try delivery is 7 history events instead of 12). The slow lane stays a normal,
+ * heartbeated activity on its own task queue: a slow target never holds a workflow task slot.
+ */
+export async function deliveryWorkflowLean({ jobId }: DeliveryInput): Promise<DeliveryResult> {
+  const slowLane = proxyActivities<DeliveryActivities>({
+    ...attemptOptions,
+    taskQueue: `${workflowInfo().taskQueue}-slow`,
+  });
+  return deliveryLoop(jobId, {
+    fast: (summary, input) => attemptLocally.executeWithOptions({ summary }, [input]),
+    slow: (summary, input) => slowLane.attemptDelivery.executeWithOptions({ summary }, [input]),
+  });
+}
+
+/**
+ * The loop both types share: one attempt per turn (its lane from the last answer), then the wait the
+ * answer asks for. Changing what it does, or in which order, changes the commands of deliveryWorkflow's
+ * saved histories (test/replay): add a new workflow type instead.
+ */
+async function deliveryLoop(
+  jobId: string,
+  lanes: { fast: AttemptCall; slow: AttemptCall },
+): Promise<DeliveryResult> {
   let woken = false;
   const state: DeliveryState = { status: 'queued', attempts: 0 };
   setHandler(wakeSignal, () => {
@@ -47,25 +104,20 @@ export async function deliveryWorkflow({ jobId }: DeliveryInput): Promise<Delive
   let maxAttempts: number | undefined;
   let lastStatus = 'queued';
   let lane: 'slow' | undefined;
-  // The slow lane: attempts to a target that recently timed out, refused or was slow run on their own
-  // task queue, whose worker slots are bounded apart (SLOW_LANE_CONCURRENCY), so many dead targets
-  // together can never take the slots healthy targets need.
-  const slowLane = proxyActivities<DeliveryActivities>({
-    ...attemptOptions,
-    taskQueue: `${workflowInfo().taskQueue}-slow`,
-  });
   for (;;) {
     // A wake that arrives while the attempt runs is kept: the next wait then ends at once.
     woken = false;
     const plan = maxAttempts ? `attempt ${attempt} of ${maxAttempts}` : `attempt ${attempt}`;
     const r: AttemptOutput =
       lane === 'slow'
-        ? await slowLane.attemptDelivery.executeWithOptions({ summary: `${plan} (slow lane)` }, [
-            { jobId, attempt, now: Date.now(), jitter: Math.random(), lane },
-          ])
-        : await attemptDelivery.executeWithOptions({ summary: plan }, [
-            { jobId, attempt, now: Date.now(), jitter: Math.random(), lane: 'fast' },
-          ]);
+        ? await lanes.slow(`${plan} (slow lane)`, {
+            jobId,
+            attempt,
+            now: Date.now(),
+            jitter: Math.random(),
+            lane,
+          })
+        : await lanes.fast(plan, { jobId, attempt, now: Date.now(), jitter: Math.random(), lane: 'fast' });
     lane = r.lane;
     if (lane) state.lane = lane;
     else delete state.lane;

@@ -1,3 +1,3 @@
 // What the worker bundles: every workflow of the service.
-export { deliveryWorkflow } from './delivery';
+export { deliveryWorkflow, deliveryWorkflowLean } from './delivery';
 export { registrationWorkflow } from './registration';

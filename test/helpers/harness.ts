@@ -152,6 +152,7 @@ export async function startStack(
     taskQueue,
     logger: silent,
     sweepIntervalMs: settings.SWEEP_INTERVAL,
+    workflow: apiSettings.DELIVERY_WORKFLOW,
     plan: describePlan({
       initialMs: settings.RETRY_INITIAL,
       factor: settings.RETRY_FACTOR,

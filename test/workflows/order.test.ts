@@ -2,7 +2,8 @@
  * Ordered delivery (DELIVERY_ORDER=per_config, the default) on the time-skipping server: a job whose
  * config has an earlier job on the wire waits without an attempt, says so where an operator looks (the
  * Web UI's current details, the timer's summary, the `status` query, GET /v1/deliveries/{id}), and is
- * delivered once the earlier one ends, woken by it.
+ * delivered once the earlier one ends, woken by it. Under both delivery workflow types
+ * (DELIVERY_WORKFLOW classic and lean): what an operator sees is the same.
  */
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { makeDeliveryWorkflowId } from '../../src/ids';
@@ -53,7 +54,7 @@ async function timerSummaries(workflowId: string): Promise<string[]> {
     .map((e) => JSON.parse(Buffer.from(e.userMetadata!.summary!.data!).toString()) as string);
 }
 
-describe('ordered delivery (time-skipping)', () => {
+describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time-skipping)', (kind) => {
   it("a job held behind its config's earlier job on the wire waits, says for whom, and is delivered after it", async () => {
     let release: () => void = () => undefined;
     const gate = new Promise<void>((r) => (release = r));
@@ -61,7 +62,7 @@ describe('ordered delivery (time-skipping)', () => {
     receiver = await startReceiver({
       script: (req) => (req.n === 1 ? { status: 200, gate } : { status: 200 }),
     });
-    stack = await startStack(env, 'order-1', { env: {} });
+    stack = await startStack(env, `order-1-${kind}`, { env: { DELIVERY_WORKFLOW: kind } });
     const taskId = 'task-order-1';
     await createConfig(stack, taskId, { id: 'cfg', url: receiver.url });
     const first = (await writeEvent(stack, taskId, { task: { id: taskId, n: 1 } })).deliveries[0]!.id;
@@ -103,6 +104,9 @@ describe('ordered delivery (time-skipping)', () => {
       events.filter((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'wake'),
     ).not.toEqual([]);
     expect(events.filter((e) => e.timerFiredEventAttributes)).toEqual([]);
+    expect(events[0]!.workflowExecutionStartedEventAttributes!.workflowType!.name).toBe(
+      kind === 'lean' ? 'deliveryWorkflowLean' : 'deliveryWorkflow',
+    );
     // In workflow time too, the second push started after the first.
     const [a1] = await attemptRows(stack, first);
     const [a2] = await attemptRows(stack, second);
@@ -121,7 +125,7 @@ describe('ordered delivery (time-skipping)', () => {
       script: (req) =>
         req.n === 1 ? { status: 503 } : req.n === 2 ? { status: 200, gate } : { status: 200 },
     });
-    stack = await startStack(env, 'order-2', { env: {} });
+    stack = await startStack(env, `order-2-${kind}`, { env: { DELIVERY_WORKFLOW: kind } });
     const taskId = 'task-order-2';
     await createConfig(stack, taskId, { id: 'cfg', url: receiver.url });
     const first = (await writeEvent(stack, taskId, { task: { id: taskId, n: 1 } })).deliveries[0]!.id;

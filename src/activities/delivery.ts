@@ -1,3 +1,4 @@
+import { Context as ActivityContext } from '@temporalio/activity';
 import type { Logger } from 'pino';
 import { contextLogger } from '../request-context';
 import type { Db } from '../db/pool';
@@ -328,6 +329,20 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
   }
 
   /**
+   * A rerun of attempt n found it started without an outcome: its first run's slot goes back now,
+   * unless that run is still on the wire (its worker was silent, not dead: its lease is fresh).
+   */
+  async function leaveTargetIfDead(input: AttemptInput, url: string): Promise<void> {
+    let target: string;
+    try {
+      target = targetOf(url);
+    } catch {
+      return;
+    }
+    wakeLater(await deps.slots.releaseUnlessLive(target, holderOf(input.jobId, input.attempt), 'neutral'));
+  }
+
+  /**
    * Config health (contract §10): a job of the config ended without a 2xx; when the config's last 2xx,
    * or its first attempt if it never had one, is CONFIG_FAILING_AFTER or more before `now` (workflow
    * time), the config stops as `failing` and its unfinished jobs are woken to end as a stopped config's do.
@@ -444,9 +459,11 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
         };
       }
       // A worker died during this attempt's request: it counts, and the next one follows after the
-      // usual wait. Its slot (held by the dead worker's lease) goes back now.
+      // usual wait. Its slot (held by the dead worker's lease) goes back now; not if its lease is
+      // fresh: then that worker is alive and its request still on the wire (the lean type's rerun
+      // after a workflow task timeout, or a heartbeat timeout while the worker was stalled).
       deliveriesTotal.inc({ outcome: 'interrupted' });
-      await leaveTarget(input, ctx.url);
+      await leaveTargetIfDead(input, ctx.url);
       return recordOutcome(
         input,
         ctx,
@@ -566,9 +583,13 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       // The event's number in its config's line: a receiver orders by it, drops repeats, sees gaps.
       if (ctx.push_seq !== null) headers['x-a2a-push-sequence'] = ctx.push_seq;
       if (credential !== undefined) headers.authorization = `Bearer ${credential}`;
-      result = await deps.slots.holding(target!, holderOf(input.jobId, n), () =>
-        post(ctx.url, headers, ctx.body),
-      );
+      result = await deps.slots
+        .holding(target!, holderOf(input.jobId, n), () => post(ctx.url, headers, ctx.body))
+        .catch(async (err: unknown) => {
+          // Cancelled (or failed before an answer): nothing of it is on the wire any more.
+          await leaveTarget(input, ctx.url).catch(() => undefined);
+          throw err;
+        });
     }
     const durationMs = Math.round(performance.now() - t0);
     const c = classifyAttempt(result, Date.now());
@@ -611,8 +632,13 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     return out;
   }
 
-  /** The POST itself: an answer, or the transport error it ended with. */
+  /**
+   * The POST itself: an answer, or the transport error it ended with. A cancelled activity (Temporal
+   * cancelled it: timed out, its run evicted after a rerun took over, the worker shutting down) stops
+   * its request and throws: nothing is recorded, and the attempt's rerun finds it `interrupted`.
+   */
   async function post(url: string, headers: Record<string, string>, body: string): Promise<AttemptResult> {
+    const signal = cancellationSignal();
     try {
       const res = await deps.http.request({
         method: 'POST',
@@ -621,6 +647,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
         body,
         timeoutMs: deps.timeoutMs,
         maxResponseBytes: PUSH_RESPONSE_CAP,
+        ...(signal ? { signal } : {}),
       });
       const ra = res.headers['retry-after'];
       return { kind: 'response', status: res.status, ...(typeof ra === 'string' ? { retryAfter: ra } : {}) };
@@ -636,3 +663,15 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
 };
 
 export type DeliveryActivities = ReturnType<typeof createDeliveryActivities>;
+
+/**
+ * The running activity's cancellation signal (normal and local activities alike), or undefined when
+ * called outside an activity (tests call the functions directly).
+ */
+function cancellationSignal(): AbortSignal | undefined {
+  try {
+    return ActivityContext.current().cancellationSignal;
+  } catch {
+    return undefined;
+  }
+}

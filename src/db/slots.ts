@@ -112,6 +112,34 @@ export class HostSlots {
     return r.rows.map((x) => x.outbound_release);
   }
 
+  /**
+   * Gives back `holder`'s slot unless its lease was renewed within the last half lease: a live call
+   * renews it every third of the lease (`holding`), so a fresh lease means the call is still on the
+   * wire, run by a worker that was only silent (a rerun of its attempt found it started). That slot
+   * stays its holder's; it goes back when that call ends, or runs out with its lease. Answers the
+   * holders granted the freed room (none when kept).
+   */
+  async releaseUnlessLive(target: string, holder: string, health: CallHealth): Promise<string[]> {
+    const r = await this.db.query<{ outbound_release: string }>(
+      `SELECT outbound_release($1, $2, $3, $4, $5, $6, $7)
+        WHERE NOT EXISTS (
+          SELECT 1 FROM outbound_slots
+           WHERE target = $1 AND holder = $2
+             AND expires_at > now() + make_interval(secs => $8::double precision / 1000))`,
+      [
+        target,
+        holder,
+        this.settings.capacity,
+        this.settings.grantMs,
+        health,
+        this.settings.suspectMs,
+        this.settings.waitMs,
+        this.settings.leaseMs / 2,
+      ],
+    );
+    return r.rows.map((x) => x.outbound_release);
+  }
+
   /** Keeps a long call's lease alive: every third of the lease, while `fn` runs. */
   async holding<T>(target: string, holder: string, fn: () => Promise<T>): Promise<T> {
     const every = Math.max(1000, Math.floor(this.settings.leaseMs / 3));

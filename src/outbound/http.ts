@@ -45,6 +45,11 @@ export interface OutboundRequest {
   timeoutMs: number;
   /** read at most this many body bytes, then stop reading and drop the connection */
   maxResponseBytes: number;
+  /**
+   * The caller's cancellation (e.g. a Temporal activity's): aborts the exchange, which then rejects
+   * with the signal's reason as it is (not an OutboundError: no answer, no transport failure).
+   */
+  signal?: AbortSignal;
 }
 
 export interface OutboundResponse {
@@ -268,15 +273,19 @@ const noop = (): void => undefined;
  * request that is still waiting for its connection until that connection attempt ends (up to the
  * connect timeout), so the deadline also rejects every race on its own.
  */
-function startDeadline(ms: number): {
+function startDeadline(
+  ms: number,
+  cancel?: AbortSignal,
+): {
   signal: AbortSignal;
   race<T>(p: Promise<T>): Promise<T>;
   expired(): boolean;
+  cancelled(): boolean;
   clear(): void;
 } {
   const controller = new AbortController();
   const reason = new TimeoutReason(ms);
-  let fire: (err: TimeoutReason) => void = noop;
+  let fire: (err: unknown) => void = noop;
   const fired = new Promise<never>((_, reject) => {
     fire = reject;
   });
@@ -285,6 +294,13 @@ function startDeadline(ms: number): {
     controller.abort(reason);
     fire(reason);
   }, ms);
+  // The caller's cancellation ends the exchange the same way, with its own reason.
+  const onCancel = () => {
+    controller.abort(cancel!.reason);
+    fire(cancel!.reason);
+  };
+  if (cancel?.aborted) onCancel();
+  else cancel?.addEventListener('abort', onCancel, { once: true });
   return {
     signal: controller.signal,
     race(p) {
@@ -292,8 +308,12 @@ function startDeadline(ms: number): {
       p.catch(noop);
       return Promise.race([p, fired]);
     },
-    expired: () => controller.signal.aborted,
-    clear: () => clearTimeout(timer),
+    expired: () => controller.signal.aborted && controller.signal.reason === reason,
+    cancelled: () => cancel?.aborted === true,
+    clear: () => {
+      clearTimeout(timer);
+      cancel?.removeEventListener('abort', onCancel);
+    },
   };
 }
 
@@ -356,7 +376,7 @@ export function createOutboundClient(opts: OutboundOptions): OutboundClient {
     url: URL,
     trace: Record<string, string>,
   ): Promise<OutboundResponse> {
-    const deadline = startDeadline(req.timeoutMs);
+    const deadline = startDeadline(req.timeoutMs, req.signal);
     try {
       const pending = undiciRequest(url, {
         dispatcher: agent,
@@ -369,12 +389,13 @@ export function createOutboundClient(opts: OutboundOptions): OutboundClient {
       });
       // An answer that arrives after the deadline won is dropped, connection and all.
       pending.then((late) => {
-        if (deadline.expired()) late.body.destroy();
+        if (deadline.expired() || deadline.cancelled()) late.body.destroy();
       }, noop);
       const res = await deadline.race(pending);
       const { body, truncated } = await deadline.race(readCapped(res.body, req.maxResponseBytes));
       return { status: res.statusCode, headers: res.headers, body, truncated };
     } catch (err) {
+      if (deadline.cancelled()) throw req.signal!.reason ?? err;
       throw fail(err, deadline.expired());
     } finally {
       deadline.clear();

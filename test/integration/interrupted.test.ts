@@ -1,4 +1,6 @@
 import pino from 'pino';
+import { CancelledFailure } from '@temporalio/activity';
+import { MockActivityEnvironment } from '@temporalio/testing';
 import { createDeliveryActivities } from '../../src/activities/delivery';
 import { createApiKey } from '../../src/db/apikeys';
 import { inTx } from '../../src/db/pool';
@@ -65,12 +67,22 @@ it('a started attempt found on retry is marked interrupted, counts, and the next
     `INSERT INTO delivery_attempts (job_id, n, started_at) VALUES ($1, 1, to_timestamp($2 / 1000.0))`,
     [jobId, now],
   );
+  // The dead worker's slot: its lease was last renewed long enough ago (2 s of 20 s left).
+  await tdb.db.query('INSERT INTO outbound_targets (target) VALUES ($1) ON CONFLICT DO NOTHING', [
+    `127.0.0.1:${receiver.port}`,
+  ]);
+  await tdb.db.query(
+    `INSERT INTO outbound_slots (target, holder, tenant_id, expires_at) VALUES ($1, $2, 't', now() + interval '2 seconds')`,
+    [`127.0.0.1:${receiver.port}`, `${jobId}:1`],
+  );
 
   const r1 = await acts.attemptDelivery({ jobId, attempt: 1, now: now + 20_000, jitter: 0.5 });
   expect(r1).toMatchObject({ status: 'waiting_retry', attempts: 1, outcome: 'interrupted', waitMs: 30_000 });
   expect(receiver.requests).toHaveLength(0);
   const row = await tdb.db.query('SELECT outcome, error FROM delivery_attempts WHERE job_id = $1', [jobId]);
   expect(row.rows).toEqual([{ outcome: 'interrupted', error: 'interrupted' }]);
+  // The dead worker's slot went back with it.
+  expect((await tdb.db.query('SELECT holder FROM outbound_slots')).rows).toEqual([]);
 
   // The same activity retried again (its answer lost) answers from the stored row, without a request.
   const again = await acts.attemptDelivery({ jobId, attempt: 1, now: now + 25_000, jitter: 0.5 });
@@ -128,6 +140,15 @@ it('two overlapping runs of one attempt: the late run records what really happen
   // The rerun of attempt 1 finds it started without an outcome: interrupted, the next after the wait.
   const rerun = await acts.attemptDelivery({ jobId, attempt: 1, now: now + 20_000, jitter: 0.5 });
   expect(rerun).toMatchObject({ status: 'waiting_retry', attempts: 1, outcome: 'interrupted' });
+  // The first run is alive and on the wire (its lease is fresh): its slot stays its own, so the host
+  // never has more than OUTBOUND_HOST_CONCURRENCY calls on the wire.
+  const slots = () =>
+    tdb.db
+      .query<{ holder: string }>('SELECT holder FROM outbound_slots WHERE holder LIKE $1 ORDER BY holder', [
+        `${jobId}:%`,
+      ])
+      .then((r) => r.rows.map((x) => x.holder));
+  expect(await slots()).toEqual([`${jobId}:1`]);
   const runC = acts.attemptDelivery({ jobId, attempt: 2, now: now + 60_000, jitter: 0.5 });
   await receiver.waitFor(seen + 2, 10_000);
   const job = () =>
@@ -160,4 +181,55 @@ it('two overlapping runs of one attempt: the late run records what really happen
   expect(
     (await tdb.db.query('SELECT outcome FROM delivery_attempts WHERE job_id = $1 AND n = 1', [jobId])).rows,
   ).toEqual([{ outcome: 'retry' }]);
+});
+
+it('a cancelled attempt (Temporal cancelled its activity) stops its POST, records nothing and gives its slot back; its rerun finds it interrupted', async () => {
+  const acts = createDeliveryActivities({
+    db: tdb.db,
+    keyring: Keyring.parse(Keyring.generateEntry('k')),
+    http,
+    policy,
+    retry,
+    timeoutMs: 30_000,
+    logger: pino({ level: 'silent' }),
+    slots: new HostSlots(tdb.db, { ...DEFAULT_SLOT_SETTINGS, capacity: 8 }),
+    wake: async () => undefined,
+    failingAfterMs: 5 * 86_400_000,
+  });
+  await tdb.db.query(
+    `INSERT INTO push_configs (tenant_id, task_id, id, url) VALUES ('t', 'task3', 'c', $1)`,
+    [receiver.url],
+  );
+  const ev = await inTx(tdb.db, (tx) =>
+    writeEvent(tx, {
+      tenantId: 't',
+      taskId: 'task3',
+      kind: 'task',
+      body: '{"task":{}}',
+      deadlineMs: 86_400_000,
+      boundPerConfig: 64,
+    }),
+  );
+  const jobId = ev.starts[0]!.id;
+  const seen = receiver.requests.length;
+  // The target never answers: only the cancellation (or the 30 s timeout) ends the request.
+  receiver.setScript(() => ({ hang: true }));
+  const activity = new MockActivityEnvironment();
+  const now = Date.now();
+  const t0 = Date.now();
+  const run = activity.run(acts.attemptDelivery, { jobId, attempt: 1, now, jitter: 0.5 });
+  await receiver.waitFor(seen + 1, 10_000);
+  activity.cancel();
+  await expect(run).rejects.toBeInstanceOf(CancelledFailure);
+  expect(Date.now() - t0).toBeLessThan(10_000);
+  const rows = () =>
+    tdb.db.query('SELECT n, outcome FROM delivery_attempts WHERE job_id = $1', [jobId]).then((r) => r.rows);
+  expect(await rows()).toEqual([{ n: 1, outcome: null }]);
+  expect(
+    (await tdb.db.query('SELECT holder FROM outbound_slots WHERE holder LIKE $1', [`${jobId}:%`])).rows,
+  ).toEqual([]);
+  const rerun = await acts.attemptDelivery({ jobId, attempt: 1, now: now + 20_000, jitter: 0.5 });
+  expect(rerun).toMatchObject({ status: 'waiting_retry', attempts: 1, outcome: 'interrupted' });
+  expect(await rows()).toEqual([{ n: 1, outcome: 'interrupted' }]);
+  receiver.setScript(() => ({ status: 200 }));
 });

@@ -37,6 +37,17 @@ const CREDENTIAL = `push-credential-${crypto.randomBytes(8).toString('hex')}`;
 const AGENT_TOKEN = `agent-token-${crypto.randomBytes(8).toString('hex')}`;
 const BODY_MARK = `body-mark-${crypto.randomBytes(8).toString('hex')}`;
 
+/**
+ * RECORD_WORKFLOW=lean records the delivery workflows as the lean type (DELIVERY_WORKFLOW=lean), saved
+ * as `delivery-lean-<outcome>` beside the classic type's `delivery-<outcome>`.
+ */
+const LEAN = process.env.RECORD_WORKFLOW === 'lean';
+if (process.env.RECORD_WORKFLOW !== undefined && !['lean', 'classic'].includes(process.env.RECORD_WORKFLOW))
+  throw new Error(`RECORD_WORKFLOW: classic or lean, not ${process.env.RECORD_WORKFLOW}`);
+const DELIVERY_PREFIX = LEAN ? 'delivery-lean-' : 'delivery-';
+// RECORD_ONLY=name,name saves only those (the others keep their files: earlier shapes stay).
+const only = process.env.RECORD_ONLY?.split(',').filter(Boolean);
+
 async function main() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-push-record-'));
   const pg = await startEmbeddedPostgres({ dir: path.join(dir, 'pg'), port: await freePort(), fsync: false });
@@ -94,6 +105,7 @@ async function main() {
       OUTBOX_BOUND_PER_CONFIG: '1',
       POLL_INITIAL: '1s',
       POLL_MAX: '2s',
+      DELIVERY_WORKFLOW: LEAN ? 'lean' : 'classic',
     },
   });
   const histories: Array<{ name: string; workflowId: string }> = [];
@@ -128,7 +140,7 @@ async function main() {
     const finish = async (name: string, jobId: string, status: string) => {
       const r = await resultOf(makeDeliveryWorkflowId(jobId));
       if (r.status !== status) throw new Error(`${name}: expected ${status}, got ${r.status}`);
-      histories.push({ name: `delivery-${name}`, workflowId: makeDeliveryWorkflowId(jobId) });
+      histories.push({ name: `${DELIVERY_PREFIX}${name}`, workflowId: makeDeliveryWorkflowId(jobId) });
     };
     const simple: Array<[string, string, string]> = [
       ['delivered', '/ok', 'delivered'],
@@ -242,125 +254,131 @@ async function main() {
       await inLine.close();
     }
 
-    // ---- registration workflows
-    const register = async (body: Record<string, unknown>): Promise<Json> => {
-      const res = await stack.api('/v1/registrations', { method: 'POST', json: body });
-      const b: Json = await res.json();
-      if (res.status !== 201) throw new Error(`register: ${res.status} ${JSON.stringify(b)}`);
-      return b;
-    };
-    const endReg = async (name: string, id: string, status: string) => {
-      const r = await resultOf(makeRegistrationWorkflowId(id));
-      if (r.status !== status) throw new Error(`${name}: expected ${status}, got ${r.status}`);
-      histories.push({ name: `registration-${name}`, workflowId: makeRegistrationWorkflowId(id) });
-    };
-    const getTasks = (a: typeof agent, remote: string) =>
-      a.calls.filter((c) => c.kind === 'getTask' && (JSON.stringify(c.body ?? '') + c.path).includes(remote))
-        .length;
-    const agentRef = { url: agent.url, bearerToken: AGENT_TOKEN };
+    // ---- registration workflows (not when RECORD_ONLY names none of them)
+    if (!only || only.some((n) => n.startsWith('registration-'))) await recordRegistrations();
+    async function recordRegistrations() {
+      const register = async (body: Record<string, unknown>): Promise<Json> => {
+        const res = await stack.api('/v1/registrations', { method: 'POST', json: body });
+        const b: Json = await res.json();
+        if (res.status !== 201) throw new Error(`register: ${res.status} ${JSON.stringify(b)}`);
+        return b;
+      };
+      const endReg = async (name: string, id: string, status: string) => {
+        const r = await resultOf(makeRegistrationWorkflowId(id));
+        if (r.status !== status) throw new Error(`${name}: expected ${status}, got ${r.status}`);
+        histories.push({ name: `registration-${name}`, workflowId: makeRegistrationWorkflowId(id) });
+      };
+      const getTasks = (a: typeof agent, remote: string) =>
+        a.calls.filter(
+          (c) => c.kind === 'getTask' && (JSON.stringify(c.body ?? '') + c.path).includes(remote),
+        ).length;
+      const agentRef = { url: agent.url, bearerToken: AGENT_TOKEN };
 
-    // Separate, resolved by the agent's own push (a callback, then GetTask).
-    agent.setState('rt-sep', 'TASK_STATE_WORKING');
-    const sep = await register({ mode: 'separate', remoteTaskId: 'rt-sep', agent: agentRef });
-    await eventually(
-      async () => getTasks(agent, 'rt-sep'),
-      (n) => n >= 1,
-      60_000,
-    );
-    agent.setState('rt-sep', 'TASK_STATE_COMPLETED');
-    await agent.push('rt-sep');
-    await endReg('separate-resolved', sep.id, 'resolved');
+      // Separate, resolved by the agent's own push (a callback, then GetTask).
+      agent.setState('rt-sep', 'TASK_STATE_WORKING');
+      const sep = await register({ mode: 'separate', remoteTaskId: 'rt-sep', agent: agentRef });
+      await eventually(
+        async () => getTasks(agent, 'rt-sep'),
+        (n) => n >= 1,
+        60_000,
+      );
+      agent.setState('rt-sep', 'TASK_STATE_COMPLETED');
+      await agent.push('rt-sep');
+      await endReg('separate-resolved', sep.id, 'resolved');
 
-    // Embedded: a callback while pending, then nr-llm posts the task id; GetTask says COMPLETED.
-    agent.setState('rt-emb', 'TASK_STATE_INPUT_REQUIRED');
-    const emb = await register({ mode: 'embedded', agent: agentRef });
-    const cb = await fetch(emb.pushNotificationConfig.url, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        authorization: `Bearer ${emb.pushNotificationConfig.authentication.credentials}`,
-      },
-      body: JSON.stringify({ statusUpdate: { taskId: 'rt-emb', metadata: { mark: BODY_MARK } } }),
-    }).catch(() => undefined);
-    void cb;
-    const posted = await stack.api(`/v1/registrations/${emb.id}/remote-task`, {
-      method: 'POST',
-      json: { remoteTaskId: 'rt-emb' },
-    });
-    if (posted.status !== 200) throw new Error(`remote-task: ${posted.status}`);
-    await eventually(
-      async () => getTasks(agent, 'rt-emb'),
-      (n) => n >= 1,
-      60_000,
-    );
-    agent.setState('rt-emb', 'TASK_STATE_COMPLETED');
-    await endReg('embedded-resolved', emb.id, 'resolved');
-
-    // Drained: two callbacks arrive while a GetTask is under way; the workflow reconciles once more
-    // for them a second later (drain-callbacks), then resolves on the agent's push.
-    agent.setState('rt-drain', 'TASK_STATE_WORKING');
-    const dr = await register({ mode: 'separate', remoteTaskId: 'rt-drain', agent: agentRef });
-    await eventually(
-      async () => getTasks(agent, 'rt-drain') >= 1 && agent.pushConfigs('rt-drain').length === 1,
-      (ok) => ok,
-      60_000,
-    );
-    const drCredential = agent.pushConfigs('rt-drain')[0]!.authentication!.credentials;
-    const drCallback = () =>
-      fetch(`${stack.inboxUrl}/a2a/push/${dr.id}`, {
+      // Embedded: a callback while pending, then nr-llm posts the task id; GetTask says COMPLETED.
+      agent.setState('rt-emb', 'TASK_STATE_INPUT_REQUIRED');
+      const emb = await register({ mode: 'embedded', agent: agentRef });
+      const cb = await fetch(emb.pushNotificationConfig.url, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${drCredential}` },
-        body: JSON.stringify({ statusUpdate: { taskId: 'rt-drain', metadata: { mark: BODY_MARK } } }),
-      }).then((r) => {
-        if (r.status !== 200) throw new Error(`drain callback: ${r.status}`);
+        headers: {
+          'content-type': 'application/json',
+          authorization: `Bearer ${emb.pushNotificationConfig.authentication.credentials}`,
+        },
+        body: JSON.stringify({ statusUpdate: { taskId: 'rt-emb', metadata: { mark: BODY_MARK } } }),
+      }).catch(() => undefined);
+      void cb;
+      const posted = await stack.api(`/v1/registrations/${emb.id}/remote-task`, {
+        method: 'POST',
+        json: { remoteTaskId: 'rt-emb' },
       });
-    const hold = agent.holdNextGetTask();
-    await drCallback();
-    await hold.reached;
-    await drCallback();
-    await drCallback();
-    hold.release();
-    await eventually(
-      async () => getTasks(agent, 'rt-drain'),
-      (n) => n >= 3,
-      60_000,
-    );
-    agent.setState('rt-drain', 'TASK_STATE_COMPLETED');
-    await agent.push('rt-drain');
-    await endReg('drained', dr.id, 'resolved');
+      if (posted.status !== 200) throw new Error(`remote-task: ${posted.status}`);
+      await eventually(
+        async () => getTasks(agent, 'rt-emb'),
+        (n) => n >= 1,
+        60_000,
+      );
+      agent.setState('rt-emb', 'TASK_STATE_COMPLETED');
+      await endReg('embedded-resolved', emb.id, 'resolved');
 
-    // Failed: the agent does not know the task.
-    const nf = await register({ mode: 'separate', remoteTaskId: 'rt-missing', agent: agentRef });
-    await endReg('failed-not-found', nf.id, 'failed');
+      // Drained: two callbacks arrive while a GetTask is under way; the workflow reconciles once more
+      // for them a second later (drain-callbacks), then resolves on the agent's push.
+      agent.setState('rt-drain', 'TASK_STATE_WORKING');
+      const dr = await register({ mode: 'separate', remoteTaskId: 'rt-drain', agent: agentRef });
+      await eventually(
+        async () => getTasks(agent, 'rt-drain') >= 1 && agent.pushConfigs('rt-drain').length === 1,
+        (ok) => ok,
+        60_000,
+      );
+      const drCredential = agent.pushConfigs('rt-drain')[0]!.authentication!.credentials;
+      const drCallback = () =>
+        fetch(`${stack.inboxUrl}/a2a/push/${dr.id}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${drCredential}` },
+          body: JSON.stringify({ statusUpdate: { taskId: 'rt-drain', metadata: { mark: BODY_MARK } } }),
+        }).then((r) => {
+          if (r.status !== 200) throw new Error(`drain callback: ${r.status}`);
+        });
+      const hold = agent.holdNextGetTask();
+      await drCallback();
+      await hold.reached;
+      await drCallback();
+      await drCallback();
+      hold.release();
+      await eventually(
+        async () => getTasks(agent, 'rt-drain'),
+        (n) => n >= 3,
+        60_000,
+      );
+      agent.setState('rt-drain', 'TASK_STATE_COMPLETED');
+      await agent.push('rt-drain');
+      await endReg('drained', dr.id, 'resolved');
 
-    // Deleted while it polls.
-    agent.setState('rt-del', 'TASK_STATE_WORKING');
-    const dl = await register({ mode: 'separate', remoteTaskId: 'rt-del', agent: agentRef });
-    await eventually(
-      async () => getTasks(agent, 'rt-del'),
-      (n) => n >= 1,
-      60_000,
-    );
-    await stack.api(`/v1/registrations/${dl.id}`, { method: 'DELETE' });
-    await endReg('deleted', dl.id, 'deleted');
+      // Failed: the agent does not know the task.
+      const nf = await register({ mode: 'separate', remoteTaskId: 'rt-missing', agent: agentRef });
+      await endReg('failed-not-found', nf.id, 'failed');
 
-    // No push support: polling alone (two polls at least) finds the terminal state.
-    noPushAgent.setState('rt-poll', 'TASK_STATE_WORKING');
-    const np = await register({ mode: 'separate', remoteTaskId: 'rt-poll', agent: { url: noPushAgent.url } });
-    await eventually(
-      async () => getTasks(noPushAgent, 'rt-poll'),
-      (n) => n >= 2,
-      60_000,
-    );
-    noPushAgent.setState('rt-poll', 'TASK_STATE_FAILED');
-    await endReg('polled-no-push', np.id, 'resolved');
+      // Deleted while it polls.
+      agent.setState('rt-del', 'TASK_STATE_WORKING');
+      const dl = await register({ mode: 'separate', remoteTaskId: 'rt-del', agent: agentRef });
+      await eventually(
+        async () => getTasks(agent, 'rt-del'),
+        (n) => n >= 1,
+        60_000,
+      );
+      await stack.api(`/v1/registrations/${dl.id}`, { method: 'DELETE' });
+      await endReg('deleted', dl.id, 'deleted');
+
+      // No push support: polling alone (two polls at least) finds the terminal state.
+      noPushAgent.setState('rt-poll', 'TASK_STATE_WORKING');
+      const np = await register({
+        mode: 'separate',
+        remoteTaskId: 'rt-poll',
+        agent: { url: noPushAgent.url },
+      });
+      await eventually(
+        async () => getTasks(noPushAgent, 'rt-poll'),
+        (n) => n >= 2,
+        60_000,
+      );
+      noPushAgent.setState('rt-poll', 'TASK_STATE_FAILED');
+      await endReg('polled-no-push', np.id, 'resolved');
+    }
 
     // ---- save, after checking that no history holds a secret or a body
     const secrets = [CREDENTIAL, AGENT_TOKEN, BODY_MARK, 'streamResponse', 'statusUpdate'];
     fs.mkdirSync(OUT, { recursive: true });
     // Files this run does not write stay: histories of earlier workflow versions keep replaying.
-    // RECORD_ONLY=name,name saves only those (the others keep their files: earlier shapes stay).
-    const only = process.env.RECORD_ONLY?.split(',').filter(Boolean);
     for (const h of histories) {
       if (only && !only.includes(h.name)) continue;
       const history = await temporal.client.workflow.getHandle(h.workflowId).fetchHistory();

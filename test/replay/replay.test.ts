@@ -38,6 +38,12 @@ it('holds one history per outcome of both workflows', () => {
       'delivery-cancelled',
       'delivery-superseded',
       'delivery-order-wait',
+      // The lean type (DELIVERY_WORKFLOW=lean, issue 21): the fast-lane attempt a local activity.
+      'delivery-lean-delivered',
+      'delivery-lean-delivered-after-retry',
+      'delivery-lean-order-wait',
+      'delivery-lean-slot-wait',
+      'delivery-lean-slow-lane',
       'registration-separate-resolved',
       'registration-embedded-resolved',
       'registration-failed-not-found',
@@ -45,6 +51,21 @@ it('holds one history per outcome of both workflows', () => {
       'registration-polled-no-push',
     ]),
   );
+});
+
+it("the lean type's histories are of its own workflow type, a first-try delivery in 7 events", () => {
+  const typeOf = (f: string) =>
+    (
+      load(f) as {
+        events: Array<{ workflowExecutionStartedEventAttributes?: { workflowType: { name: string } } }>;
+      }
+    ).events[0]!.workflowExecutionStartedEventAttributes!.workflowType.name;
+  for (const f of files.filter((x) => x.startsWith('delivery-')))
+    expect({ f, type: typeOf(f) }).toEqual({
+      f,
+      type: f.startsWith('delivery-lean-') ? 'deliveryWorkflowLean' : 'deliveryWorkflow',
+    });
+  expect((load('delivery-lean-delivered.json') as { events: unknown[] }).events).toHaveLength(7);
 });
 
 it('no saved history carries a credential, an Authorization header or an event body', () => {

@@ -26,6 +26,7 @@ import {
   startBenchPostgres,
   startBenchTemporal,
   takeDeliveryOrders,
+  benchDeliveryWorkflow,
 } from './lib/stack';
 
 const ALL: Benchmark[] = [
@@ -85,8 +86,9 @@ async function main() {
   };
   const info = machine();
   const deliveryOrderDefault = defaultDeliveryOrder();
+  const deliveryWorkflow = benchDeliveryWorkflow();
   process.stdout.write(
-    `a2a-push benchmarks${quick ? ' (--quick)' : ''}: ${info.cpus} × ${info.cpuModel}, ${info.memGiB} GiB, load ${info.loadavgAtStart.join(' ')}; DELIVERY_ORDER ${deliveryOrderDefault} unless a benchmark sets its own\n`,
+    `a2a-push benchmarks${quick ? ' (--quick)' : ''}: ${info.cpus} × ${info.cpuModel}, ${info.memGiB} GiB, load ${info.loadavgAtStart.join(' ')}; DELIVERY_ORDER ${deliveryOrderDefault} unless a benchmark sets its own; DELIVERY_WORKFLOW ${deliveryWorkflow}\n`,
   );
   const results: BenchResult[] = [];
   for (const b of selected) {
@@ -115,13 +117,17 @@ async function main() {
   await receiver.close();
   await pg.stop();
 
-  const stamp = started.toISOString().replace(/[:]/g, '-').replace(/\..+$/, '') + (quick ? '-quick' : '');
+  const stamp =
+    started.toISOString().replace(/[:]/g, '-').replace(/\..+$/, '') +
+    (deliveryWorkflow === 'lean' ? '-lean' : '') +
+    (quick ? '-quick' : '');
   const outDir = path.join(__dirname, 'results');
   const doc = {
     startedAt: started.toISOString(),
     finishedAt: new Date().toISOString(),
     quick,
     deliveryOrderDefault,
+    deliveryWorkflow,
     machine: { ...info, loadavgAtEnd: os.loadavg().map((l) => Math.round(l * 100) / 100) },
     results,
   };

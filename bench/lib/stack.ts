@@ -97,6 +97,17 @@ export function defaultDeliveryOrder(): DeliveryOrder {
   return v;
 }
 
+/**
+ * The DELIVERY_WORKFLOW every service process gets (issue 21): the service's default (classic), or
+ * `BENCH_DELIVERY_WORKFLOW=lean` to run the suite with the lean delivery workflow. Always passed
+ * explicitly, as DELIVERY_ORDER is.
+ */
+export function benchDeliveryWorkflow(): 'classic' | 'lean' {
+  const v = process.env.BENCH_DELIVERY_WORKFLOW ?? 'classic';
+  if (v !== 'classic' && v !== 'lean') throw new Error(`BENCH_DELIVERY_WORKFLOW: classic or lean, not ${v}`);
+  return v;
+}
+
 /** DELIVERY_ORDER of every set of service processes started since the last `takeDeliveryOrders()`. */
 const ordersStarted: string[] = [];
 
@@ -187,6 +198,7 @@ export async function startServices(o: {
     INBOX_PORT: String(inboxPort),
     LOG_LEVEL: 'warn',
     DELIVERY_ORDER: defaultDeliveryOrder(),
+    DELIVERY_WORKFLOW: benchDeliveryWorkflow(),
     ...o.env,
   };
   ordersStarted.push(base.DELIVERY_ORDER!);

@@ -389,6 +389,20 @@ describe('the client', () => {
     expect(err.code).toBe('timeout');
   });
 
+  it("the caller's signal ends a request that would never end: it rejects with the signal's reason, not an OutboundError", async () => {
+    rx.setScript(() => ({ hang: true }));
+    const controller = new AbortController();
+    const reason = new Error('cancelled by the caller');
+    const call = client.request(get(rx.url, { timeoutMs: 60_000, signal: controller.signal }));
+    await rx.waitFor(rx.requests.length + 1);
+    controller.abort(reason);
+    await expect(call).rejects.toBe(reason);
+    // A signal already aborted sends nothing.
+    const before = rx.requests.length;
+    await expect(client.request(get(rx.url, { signal: controller.signal }))).rejects.toBe(reason);
+    expect(rx.requests.length).toBe(before);
+  });
+
   it('bounds the whole exchange: a body that keeps arriving, a byte at a time, still times out', async () => {
     // Each byte comes well within the per-read timeout: only a deadline on the whole exchange ends it.
     rx.setScript(() => ({

@@ -38,18 +38,24 @@ export interface DeliveryResult {
 /** One call of the attempt activity, in one lane, with the summary the Web UI shows for it. */
 type AttemptCall = (summary: string, input: AttemptInput) => Promise<AttemptOutput>;
 
-/** One workflow per delivery job: one activity per attempt, a timer (cut short by `wake`) between them. */
-export async function deliveryWorkflow({ jobId }: DeliveryInput): Promise<DeliveryResult> {
-  // The slow lane: attempts to a target that recently timed out, refused or was slow run on their own
-  // task queue, whose worker slots are bounded apart (SLOW_LANE_CONCURRENCY), so many dead targets
-  // together can never take the slots healthy targets need.
-  const slowLane = proxyActivities<DeliveryActivities>({
+/**
+ * The slow lane (both types): attempts to a target that recently timed out, refused or was slow run on
+ * their own task queue, whose worker slots are bounded apart (SLOW_LANE_CONCURRENCY), so many dead
+ * targets together can never take the slots healthy targets need.
+ */
+function slowLane(): AttemptCall {
+  const { attemptDelivery: inSlowLane } = proxyActivities<DeliveryActivities>({
     ...attemptOptions,
     taskQueue: `${workflowInfo().taskQueue}-slow`,
   });
+  return (summary, input) => inSlowLane.executeWithOptions({ summary }, [input]);
+}
+
+/** One workflow per delivery job: one activity per attempt, a timer (cut short by `wake`) between them. */
+export async function deliveryWorkflow({ jobId }: DeliveryInput): Promise<DeliveryResult> {
   return deliveryLoop(jobId, {
     fast: (summary, input) => attemptDelivery.executeWithOptions({ summary }, [input]),
-    slow: (summary, input) => slowLane.attemptDelivery.executeWithOptions({ summary }, [input]),
+    slow: slowLane(),
   });
 }
 
@@ -74,13 +80,9 @@ const { attemptDelivery: attemptLocally } = proxyLocalActivities<DeliveryActivit
  * heartbeated activity on its own task queue: a slow target never holds a workflow task slot.
  */
 export async function deliveryWorkflowLean({ jobId }: DeliveryInput): Promise<DeliveryResult> {
-  const slowLane = proxyActivities<DeliveryActivities>({
-    ...attemptOptions,
-    taskQueue: `${workflowInfo().taskQueue}-slow`,
-  });
   return deliveryLoop(jobId, {
     fast: (summary, input) => attemptLocally.executeWithOptions({ summary }, [input]),
-    slow: (summary, input) => slowLane.attemptDelivery.executeWithOptions({ summary }, [input]),
+    slow: slowLane(),
   });
 }
 

@@ -1,8 +1,7 @@
 import { Context as ActivityContext } from '@temporalio/activity';
 import type { Logger } from 'pino';
 import { contextLogger } from '../request-context';
-import type { Db } from '../db/pool';
-import { inTx } from '../db/pool';
+import { inTx, type Db, type Tx } from '../db/pool';
 import { audit } from '../db/audit';
 import type { JobStatus } from '../db/outbox';
 import { isFinished } from '../db/outbox';
@@ -228,14 +227,37 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       } else status = step.kind;
     }
     const final = isFinished(status);
-    return inTx(db, async (tx) => {
-      await tx.query(
-        // Two runs of one attempt can overlap (Temporal retried an activity whose worker was alive but
-        // silent): the run that made the request may replace `interrupted` with what really happened;
-        // `interrupted` never replaces a real outcome.
-        `UPDATE delivery_attempts SET duration_ms = $3, outcome = $4, http_status = $5, error = $6, retry_after_ms = $7
-          WHERE job_id = $1 AND n = $2
-            AND (outcome IS NULL OR (outcome = 'interrupted' AND $4 <> 'interrupted'))`,
+    // One statement (atomic alone, or inside the transaction below): the attempt's row, the job, and
+    // for a 2xx config health's clock. Round trips are most of the worker's own cost per delivery.
+    const write = async (q: Db | Tx) => {
+      const r = await q.query<{ updated: JobStatus | null; cur_status: JobStatus; cur_attempts: number }>(
+        `WITH a AS (
+           -- Two runs of one attempt can overlap (Temporal retried an activity whose worker was alive
+           -- but silent): the run that made the request may replace 'interrupted' with what really
+           -- happened; 'interrupted' never replaces a real outcome.
+           UPDATE delivery_attempts SET duration_ms = $3, outcome = $4, http_status = $5, error = $6, retry_after_ms = $7
+            WHERE job_id = $1 AND n = $2
+              AND (outcome IS NULL OR (outcome = 'interrupted' AND $4 <> 'interrupted'))),
+         u AS (
+           -- A 2xx always lands: the receiver has it, even if the job was superseded or its config
+           -- deleted meanwhile. Anything else only on this attempt's own state: a late run of attempt n
+           -- never overwrites attempt n+1's.
+           UPDATE delivery_jobs
+              SET status = $8, reason = $9, finished_at = CASE WHEN $10 THEN now() ELSE NULL END,
+                  next_attempt_at = CASE WHEN $11::bigint IS NULL THEN NULL
+                                         ELSE to_timestamp(($12::bigint + $11::bigint) / 1000.0) END
+            WHERE id = $1
+              AND CASE WHEN $8 = 'delivered' THEN status <> 'delivered'
+                       ELSE status = 'in_flight' AND attempt_count = $2 END
+           RETURNING status),
+         h AS (
+           -- A 2xx resets config health's clock (moved at most once a minute per config).
+           UPDATE push_configs SET health_since = to_timestamp($12::bigint / 1000.0)
+            WHERE row_id = $13 AND $8 = 'delivered' AND EXISTS (SELECT 1 FROM u)
+              AND (health_since IS NULL OR health_since < to_timestamp($12::bigint / 1000.0) - interval '1 minute'))
+         -- The job as it was before this statement: what it still is when u changed nothing.
+         SELECT (SELECT status FROM u) AS updated, j.status AS cur_status, j.attempt_count AS cur_attempts
+           FROM delivery_jobs j WHERE j.id = $1`,
         [
           input.jobId,
           n,
@@ -244,61 +266,49 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
           c.httpStatus ?? null,
           c.error ?? null,
           c.retryAfterMs ?? null,
+          status,
+          c.reason,
+          final,
+          waitMs ?? null,
+          input.now,
+          ctx.config_row_id,
         ],
       );
-      // A 2xx always lands: the receiver has it, even if the job was superseded or its config deleted meanwhile.
-      // Only this attempt's own state: a late run of attempt n never overwrites attempt n+1's.
-      const allowed =
-        status === 'delivered'
-          ? "status <> 'delivered' AND $7::integer IS NOT NULL"
-          : "status = 'in_flight' AND attempt_count = $7";
-      const u = await tx.query<{ status: JobStatus }>(
-        `UPDATE delivery_jobs
-            SET status = $2, reason = $3, finished_at = CASE WHEN $4 THEN now() ELSE NULL END,
-                next_attempt_at = CASE WHEN $5::bigint IS NULL THEN NULL ELSE to_timestamp(($6::bigint + $5::bigint) / 1000.0) END
-          WHERE id = $1 AND ${allowed} RETURNING status`,
-        [input.jobId, status, c.reason, final, waitMs ?? null, input.now, n],
+      return r.rows[0]!;
+    };
+    const answer = (row: { updated: JobStatus | null; cur_status: JobStatus; cur_attempts: number }) =>
+      row.updated === null
+        ? { status: row.cur_status, attempts: row.cur_attempts, outcome: c.outcome }
+        : {
+            status,
+            attempts: n,
+            outcome: c.outcome,
+            ...(c.reason !== null ? { reason: c.reason } : {}),
+            ...(c.httpStatus !== undefined ? { httpStatus: c.httpStatus } : {}),
+            ...(waitMs !== undefined ? { waitMs } : {}),
+          };
+    const { configStatus } = c;
+    if (!configStatus) return answer(await write(db));
+    // The answer pauses or stops the config: that, and its audit row, in the same transaction.
+    return inTx(db, async (tx) => {
+      const row = await write(tx);
+      if (row.updated === null) return answer(row);
+      const cu = await tx.query(
+        `UPDATE push_configs SET status = $2, status_reason = $3, status_changed_at = now()
+          WHERE row_id = $1 AND status = 'active' AND deleted_at IS NULL`,
+        [ctx.config_row_id, configStatus, c.reason],
       );
-      if (u.rowCount === 0) {
-        const cur = await tx.query<{ status: JobStatus; attempt_count: number }>(
-          'SELECT status, attempt_count FROM delivery_jobs WHERE id = $1',
-          [input.jobId],
-        );
-        return { status: cur.rows[0]!.status, attempts: cur.rows[0]!.attempt_count, outcome: c.outcome };
-      }
-      if (status === 'delivered')
-        // A 2xx resets config health's clock (moved at most once a minute per config).
-        await tx.query(
-          `UPDATE push_configs SET health_since = to_timestamp($2::bigint / 1000.0)
-            WHERE row_id = $1
-              AND (health_since IS NULL OR health_since < to_timestamp($2::bigint / 1000.0) - interval '1 minute')`,
-          [ctx.config_row_id, input.now],
-        );
-      if (c.configStatus) {
-        const cu = await tx.query(
-          `UPDATE push_configs SET status = $2, status_reason = $3, status_changed_at = now()
-            WHERE row_id = $1 AND status = 'active' AND deleted_at IS NULL`,
-          [ctx.config_row_id, c.configStatus, c.reason],
-        );
-        if (cu.rowCount)
-          await audit(tx, {
-            tenantId: ctx.tenant_id,
-            actor: 'system',
-            action: 'push_config.status_changed',
-            objectType: 'push_config',
-            objectId: `${ctx.task_id}/${ctx.config_id}`,
-            before: 'active',
-            after: `${c.configStatus} (${c.reason ?? ''})`,
-          });
-      }
-      return {
-        status,
-        attempts: n,
-        outcome: c.outcome,
-        ...(c.reason !== null ? { reason: c.reason } : {}),
-        ...(c.httpStatus !== undefined ? { httpStatus: c.httpStatus } : {}),
-        ...(waitMs !== undefined ? { waitMs } : {}),
-      };
+      if (cu.rowCount)
+        await audit(tx, {
+          tenantId: ctx.tenant_id,
+          actor: 'system',
+          action: 'push_config.status_changed',
+          objectType: 'push_config',
+          objectId: `${ctx.task_id}/${ctx.config_id}`,
+          before: 'active',
+          after: `${configStatus} (${c.reason ?? ''})`,
+        });
+      return answer(row);
     });
   }
 

@@ -20,7 +20,7 @@ import { attemptDuration, configsFailing, deliveriesTotal } from '../metrics';
 import { USER_AGENT } from '../version';
 import { hostOf } from '../ids';
 import { targetOf, type CallHealth, type HostSlots } from '../db/slots';
-import { lineAfter, lineAhead } from '../db/outbox';
+import { lineAfter, lineJobOf, ON_WIRE_LIMIT_MS, type LineRow } from '../db/outbox';
 import { heldBy, nextInLine, recheckMs } from '../delivery/order';
 
 /** Workflow time and a sample of the workflow's deterministic random: every decision is in Temporal time. */
@@ -117,6 +117,8 @@ interface Context {
   attempt_started: boolean;
   /** The sealed credential's row (sealed_secrets), read with the job: unsealed only for the request. */
   secret: SecretRow | null;
+  /** A queued ordered job: the rows of its config's line that can hold it back (outbox_line_ahead). */
+  line: LineRow[] | null;
 }
 
 type SecretColumns = {
@@ -126,22 +128,26 @@ type SecretColumns = {
 export const createDeliveryActivities = (deps: DeliveryDeps) => {
   const { db, logger } = deps;
 
-  async function loadAttemptContext(jobId: string, n: number): Promise<Context | undefined> {
-    // One round trip: the job, its config, the event's body, this attempt's row and the sealed credential.
+  async function loadAttemptContext(jobId: string, n: number, nowMs: number): Promise<Context | undefined> {
+    // One round trip: the job, its config, the event's body, this attempt's row, the sealed credential,
+    // and for a queued ordered job the rows of its config's line that can hold it back.
     const r = await db.query<Omit<Context, 'secret'> & SecretColumns>(
       `SELECT j.seq, j.push_seq, j.ordered, j.wake_early, j.held_by, j.status, j.reason, j.attempt_count, j.next_attempt_at, j.deadline, j.tenant_id, j.task_id,
               j.config_row_id, j.config_id, c.url, c.credential_id, c.status AS config_status,
               c.status_reason AS config_reason, c.deleted_at IS NOT NULL AS config_deleted, e.body,
               a.outcome AS attempt_outcome, a.n IS NOT NULL AS attempt_started,
               s.tenant_id AS secret_tenant_id, s.purpose AS secret_purpose, s.key_id AS secret_key_id,
-              s.iv AS secret_iv, s.ciphertext AS secret_ciphertext, s.tag AS secret_tag
+              s.iv AS secret_iv, s.ciphertext AS secret_ciphertext, s.tag AS secret_tag,
+              CASE WHEN j.ordered AND j.status = 'queued' THEN
+                (SELECT coalesce(json_agg(l), '[]') FROM outbox_line_ahead(j.config_row_id, j.seq, $3, $4) l)
+              END AS line
          FROM delivery_jobs j
          JOIN push_configs c ON c.row_id = j.config_row_id
          JOIN task_events e ON e.id = j.event_id
          LEFT JOIN delivery_attempts a ON a.job_id = j.id AND a.n = $2
          LEFT JOIN sealed_secrets s ON s.id = c.credential_id
         WHERE j.id = $1`,
-      [jobId, n],
+      [jobId, n, Math.round(nowMs), ON_WIRE_LIMIT_MS / 1000],
     );
     const row = r.rows[0];
     if (!row) return undefined;
@@ -402,7 +408,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
    * (Postgres, unsealing): Temporal retries that, and no attempt is used.
    */
   async function attemptDelivery(input: AttemptInput): Promise<AttemptOutput> {
-    const ctx = await loadAttemptContext(input.jobId, input.attempt);
+    const ctx = await loadAttemptContext(input.jobId, input.attempt, input.now);
     if (!ctx)
       return {
         status: 'cancelled',
@@ -502,7 +508,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     }
     if (ctx.ordered && ctx.status === 'queued') {
       // DELIVERY_ORDER=per_config: the first attempt waits until every earlier job of the config ended.
-      const line = await lineAhead(db, ctx.config_row_id, ctx.seq, input.now);
+      const line = (ctx.line ?? []).map(lineJobOf);
       const ahead = heldBy(BigInt(ctx.seq), line);
       if (ahead) {
         await db.query(

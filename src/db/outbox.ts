@@ -276,40 +276,31 @@ export async function lineAhead(
   seq: string | bigint,
   nowMs: number,
 ): Promise<LineJob[]> {
-  const r = await db.query<{
-    id: string;
-    seq: string;
-    status: JobStatus;
-    open_attempt: boolean;
-    next_attempt_at: Date | null;
-  }>(
-    `(SELECT id, seq, status, next_attempt_at,
-             EXISTS (SELECT 1 FROM delivery_attempts a WHERE a.job_id = j.id AND a.outcome IS NULL) AS open_attempt
-        FROM delivery_jobs j
-       WHERE config_row_id = $1 AND seq < $2 AND ordered AND status IN ('queued', 'in_flight', 'waiting_retry')
-       ORDER BY seq DESC LIMIT 1)
-     UNION ALL
-     (SELECT id, seq, status, next_attempt_at,
-             EXISTS (SELECT 1 FROM delivery_attempts a WHERE a.job_id = j.id AND a.outcome IS NULL) AS open_attempt
-        FROM delivery_jobs j
-       WHERE config_row_id = $1 AND seq < $2 AND ordered AND status IN ('queued', 'in_flight', 'waiting_retry')
-       ORDER BY seq LIMIT 1)
-     UNION ALL
-     (SELECT j.id, j.seq, j.status, j.next_attempt_at, true
-        FROM delivery_attempts a JOIN delivery_jobs j ON j.id = a.job_id
-       WHERE a.outcome IS NULL AND a.started_at > to_timestamp($3::bigint / 1000.0) - make_interval(secs => $4)
-         AND j.config_row_id = $1 AND j.seq < $2 AND j.ordered
-       ORDER BY j.seq DESC LIMIT 1)`,
-    [configRowId, String(seq), Math.round(nowMs), ON_WIRE_LIMIT_MS / 1000],
-  );
-  return r.rows.map((x) => ({
-    id: x.id,
-    seq: BigInt(x.seq),
-    status: x.status,
-    openAttempt: x.open_attempt,
-    ...(x.next_attempt_at !== null ? { nextAttemptAt: x.next_attempt_at.getTime() } : {}),
-  }));
+  const r = await db.query<LineRow>('SELECT * FROM outbox_line_ahead($1, $2, $3, $4)', [
+    configRowId,
+    String(seq),
+    Math.round(nowMs),
+    ON_WIRE_LIMIT_MS / 1000,
+  ]);
+  return r.rows.map(lineJobOf);
 }
+
+/** A row of outbox_line_ahead (migration 013), as pg gives it or as json_agg wrote it. */
+export interface LineRow {
+  id: string;
+  seq: string | number;
+  status: JobStatus;
+  open_attempt: boolean;
+  next_attempt_at: Date | string | null;
+}
+
+export const lineJobOf = (x: LineRow): LineJob => ({
+  id: x.id,
+  seq: BigInt(x.seq),
+  status: x.status,
+  openAttempt: x.open_attempt,
+  ...(x.next_attempt_at !== null ? { nextAttemptAt: new Date(x.next_attempt_at).getTime() } : {}),
+});
 
 /** An attempt row without an outcome older than this is not on the wire any more (see lineAhead). */
 export const ON_WIRE_LIMIT_MS = 3 * 60_000;

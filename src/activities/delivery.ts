@@ -20,7 +20,7 @@ import { attemptDuration, configsFailing, deliveriesTotal } from '../metrics';
 import { USER_AGENT } from '../version';
 import { hostOf } from '../ids';
 import { targetOf, type CallHealth, type HostSlots } from '../db/slots';
-import { lineAfter, lineJobOf, ON_WIRE_LIMIT_MS, type LineRow } from '../db/outbox';
+import { lineAfter, lineJobOf, ON_WIRE_LIMIT_MS, unfinishedJobsOf, type LineRow } from '../db/outbox';
 import { heldBy, nextInLine, recheckMs } from '../delivery/order';
 
 /** Workflow time and a sample of the workflow's deterministic random: every decision is in Temporal time. */
@@ -334,6 +334,11 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     input: AttemptInput,
     url: string,
     health: CallHealth = 'neutral',
+    /**
+     * A rerun of attempt n that found it started without an outcome: the first run's slot goes back
+     * unless that run is still on the wire (its worker was silent, not dead: its lease is fresh).
+     */
+    unlessLive = false,
   ): Promise<void> {
     let target: string;
     try {
@@ -341,21 +346,12 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     } catch {
       return;
     }
-    wakeLater(await deps.slots.release(target, holderOf(input.jobId, input.attempt), health));
-  }
-
-  /**
-   * A rerun of attempt n found it started without an outcome: its first run's slot goes back now,
-   * unless that run is still on the wire (its worker was silent, not dead: its lease is fresh).
-   */
-  async function leaveTargetIfDead(input: AttemptInput, url: string): Promise<void> {
-    let target: string;
-    try {
-      target = targetOf(url);
-    } catch {
-      return;
-    }
-    wakeLater(await deps.slots.releaseUnlessLive(target, holderOf(input.jobId, input.attempt), 'neutral'));
+    const holder = holderOf(input.jobId, input.attempt);
+    wakeLater(
+      await (unlessLive
+        ? deps.slots.releaseUnlessLive(target, holder, health)
+        : deps.slots.release(target, holder, health)),
+    );
   }
 
   /**
@@ -391,12 +387,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       { jobId, taskId: ctx.task_id, configId: ctx.config_id, failingAfterMs: deps.failingAfterMs },
       'push config stopped: no 2xx for CONFIG_FAILING_AFTER',
     );
-    const others = await db.query<{ id: string }>(
-      `SELECT id FROM delivery_jobs WHERE config_row_id = $1 AND id <> $2
-          AND status IN ('queued', 'in_flight', 'waiting_retry')`,
-      [ctx.config_row_id, jobId],
-    );
-    wakeLater(others.rows.map((o) => o.id));
+    wakeLater(await unfinishedJobsOf(db, ctx.config_row_id, jobId));
   }
 
   /** Ended without a 2xx after at least one attempt: the statuses config health looks at. */
@@ -433,12 +424,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
    */
   async function wakeLine(ctx: Context, status: JobStatus): Promise<void> {
     if (['cancelled', 'auth_failed', 'stopped'].includes(status)) {
-      const all = await db.query<{ id: string }>(
-        `SELECT id FROM delivery_jobs
-          WHERE config_row_id = $1 AND status IN ('queued', 'in_flight', 'waiting_retry')`,
-        [ctx.config_row_id],
-      );
-      wakeLater(all.rows.map((r) => r.id));
+      wakeLater(await unfinishedJobsOf(db, ctx.config_row_id));
       return;
     }
     const next = nextInLine(BigInt(ctx.seq), await lineAfter(db, ctx.config_row_id, ctx.seq));
@@ -479,7 +465,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       // fresh: then that worker is alive and its request still on the wire (the lean type's rerun
       // after a workflow task timeout, or a heartbeat timeout while the worker was stalled).
       deliveriesTotal.inc({ outcome: 'interrupted' });
-      await leaveTargetIfDead(input, ctx.url);
+      await leaveTarget(input, ctx.url, 'neutral', true);
       return recordOutcome(
         input,
         ctx,

@@ -73,6 +73,16 @@ export async function listConfigs(
   return r.rows.length > q.limit ? { rows, next: rows.at(-1)!.row_id } : { rows };
 }
 
+/** The ids of a config's unfinished jobs (to wake them when the config ended), but `except`. */
+export async function unfinishedJobsOf(db: Db | Tx, configRowId: string, except?: string): Promise<string[]> {
+  const r = await db.query<{ id: string }>(
+    `SELECT id FROM delivery_jobs
+      WHERE config_row_id = $1 AND id IS DISTINCT FROM $2::uuid AND status IN ('queued', 'in_flight', 'waiting_retry')`,
+    [configRowId, except ?? null],
+  );
+  return r.rows.map((j) => j.id);
+}
+
 /** Soft-deletes a config and shreds its credential. Returns the ids of its unfinished jobs, to wake them. */
 export async function deleteConfig(
   tx: Tx,
@@ -99,11 +109,7 @@ export async function deleteConfig(
     before: row.status,
     after: 'deleted',
   });
-  const jobs = await tx.query<{ id: string }>(
-    `SELECT id FROM delivery_jobs WHERE config_row_id = $1 AND status IN ('queued', 'in_flight', 'waiting_retry')`,
-    [row.row_id],
-  );
-  return jobs.rows.map((j) => j.id);
+  return unfinishedJobsOf(tx, row.row_id);
 }
 
 export interface WrittenEvent {

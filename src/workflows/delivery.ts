@@ -110,16 +110,15 @@ async function deliveryLoop(
     // A wake that arrives while the attempt runs is kept: the next wait then ends at once.
     woken = false;
     const plan = maxAttempts ? `attempt ${attempt} of ${maxAttempts}` : `attempt ${attempt}`;
+    const input: AttemptInput = {
+      jobId,
+      attempt,
+      now: Date.now(),
+      jitter: Math.random(),
+      lane: lane ?? 'fast',
+    };
     const r: AttemptOutput =
-      lane === 'slow'
-        ? await lanes.slow(`${plan} (slow lane)`, {
-            jobId,
-            attempt,
-            now: Date.now(),
-            jitter: Math.random(),
-            lane,
-          })
-        : await lanes.fast(plan, { jobId, attempt, now: Date.now(), jitter: Math.random(), lane: 'fast' });
+      lane === 'slow' ? await lanes.slow(`${plan} (slow lane)`, input) : await lanes.fast(plan, input);
     lane = r.lane;
     if (lane) state.lane = lane;
     else delete state.lane;

@@ -20,6 +20,21 @@ const policy = compilePolicy('127.0.0.0/8', '');
 const http = createOutboundClient({ policy, ca: makeTestTls().caPem });
 const retry = { initialMs: 30_000, factor: 3, maxMs: 3_600_000, maxAttempts: 8 };
 
+/** The delivery activities on the test database, with the request timeout a test needs. */
+const activities = (timeoutMs: number) =>
+  createDeliveryActivities({
+    db: tdb.db,
+    keyring: Keyring.parse(Keyring.generateEntry('k')),
+    http,
+    policy,
+    retry,
+    timeoutMs,
+    logger: pino({ level: 'silent' }),
+    slots: new HostSlots(tdb.db, { ...DEFAULT_SLOT_SETTINGS, capacity: 8 }),
+    wake: async () => undefined,
+    failingAfterMs: 5 * 86_400_000,
+  });
+
 beforeAll(async () => {
   tdb = await createTestDb();
   receiver = await startReceiver();
@@ -32,18 +47,7 @@ afterAll(async () => {
 });
 
 it('a started attempt found on retry is marked interrupted, counts, and the next attempt follows after the usual wait', async () => {
-  const acts = createDeliveryActivities({
-    db: tdb.db,
-    keyring: Keyring.parse(Keyring.generateEntry('k')),
-    http,
-    policy,
-    retry,
-    timeoutMs: 2_000,
-    logger: pino({ level: 'silent' }),
-    slots: new HostSlots(tdb.db, { ...DEFAULT_SLOT_SETTINGS, capacity: 8 }),
-    wake: async () => undefined,
-    failingAfterMs: 5 * 86_400_000,
-  });
+  const acts = activities(2_000);
   await tdb.db.query(`INSERT INTO push_configs (tenant_id, task_id, id, url) VALUES ('t', 'task', 'c', $1)`, [
     receiver.url,
   ]);
@@ -98,18 +102,7 @@ it('a started attempt found on retry is marked interrupted, counts, and the next
 it('two overlapping runs of one attempt: the late run records what really happened on its attempt row and never touches the next attempt', async () => {
   // Temporal retried attempt 1 (its worker alive but silent past the heartbeat timeout) while the
   // first run's request was still on the wire; attempt 2 then started before that request returned.
-  const acts = createDeliveryActivities({
-    db: tdb.db,
-    keyring: Keyring.parse(Keyring.generateEntry('k')),
-    http,
-    policy,
-    retry,
-    timeoutMs: 10_000,
-    logger: pino({ level: 'silent' }),
-    slots: new HostSlots(tdb.db, { ...DEFAULT_SLOT_SETTINGS, capacity: 8 }),
-    wake: async () => undefined,
-    failingAfterMs: 5 * 86_400_000,
-  });
+  const acts = activities(10_000);
   await tdb.db.query(
     `INSERT INTO push_configs (tenant_id, task_id, id, url) VALUES ('t', 'task2', 'c', $1)`,
     [receiver.url],
@@ -184,18 +177,7 @@ it('two overlapping runs of one attempt: the late run records what really happen
 });
 
 it('a cancelled attempt (Temporal cancelled its activity) stops its POST, records nothing and gives its slot back; its rerun finds it interrupted', async () => {
-  const acts = createDeliveryActivities({
-    db: tdb.db,
-    keyring: Keyring.parse(Keyring.generateEntry('k')),
-    http,
-    policy,
-    retry,
-    timeoutMs: 30_000,
-    logger: pino({ level: 'silent' }),
-    slots: new HostSlots(tdb.db, { ...DEFAULT_SLOT_SETTINGS, capacity: 8 }),
-    wake: async () => undefined,
-    failingAfterMs: 5 * 86_400_000,
-  });
+  const acts = activities(30_000);
   await tdb.db.query(
     `INSERT INTO push_configs (tenant_id, task_id, id, url) VALUES ('t', 'task3', 'c', $1)`,
     [receiver.url],

@@ -131,20 +131,30 @@ async function main(): Promise<number> {
     const child = spawn(schemathesisBin, ['--config-file', config, ...args], {
       stdio: ['ignore', 'pipe', 'inherit'],
     });
-    // Passed through as it comes; the "Test cases:" summary is read for the closing line below.
+    // Passed through line by line; the "Test cases:" summary is read for the closing line below.
+    // Schemathesis frames its sections pytest-style ("==== SUMMARY ====", and last
+    // "==== 2 warnings in 91s ===="). CI takes such a line for pytest's closing line, and one that
+    // names no test for a run that executed none, so the frames are printed as "-- … --" instead.
     let tail = '';
+    let partial = '';
+    const unframe = (line: string): string => {
+      const framed = /^=+ (.*) =+$/.exec(line);
+      return framed ? `-- ${framed[1]} --` : line;
+    };
     child.stdout.on('data', (chunk: Buffer) => {
-      process.stdout.write(chunk);
+      const lines = (partial + chunk.toString('utf8')).split('\n');
+      partial = lines.pop() ?? '';
+      for (const line of lines) process.stdout.write(`${unframe(line)}\n`);
       tail = (tail + chunk.toString('utf8')).slice(-4096);
     });
     const code = await new Promise<number>((resolve) =>
       child.once('close', (c, s) => resolve(c ?? (s ? 1 : 0))),
     );
+    if (partial) process.stdout.write(`${unframe(partial)}\n`);
     console.log(
       `schemathesis: exit code ${code}; reports and the service log in ${path.relative(root, reports)}/`,
     );
-    // Schemathesis closes with a pytest-style "=== N warnings in Ts ===" line that names no test; CI
-    // reads closing lines, so the step ends on the plain count of its generated cases.
+    // The step ends on the plain count of its generated cases.
     const cases = /(\d+) generated, (.*)/.exec(tail);
     const passed = Number(/(\d+) passed/.exec(cases?.[2] ?? '')?.[1] ?? 0);
     const failed = Number(/(\d+) failed/.exec(cases?.[2] ?? '')?.[1] ?? 0) + (code !== 0 && !cases ? 1 : 0);

@@ -194,7 +194,8 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
         workerCpu.reduce((a, b) => a + b, 0),
         2,
       ),
-      api: round((cpuSeconds(pids.api) - cpu0.api) / secs, 2),
+      // Layout `combined`: the api runs in the first worker's process, counted there.
+      api: pids.workers.includes(pids.api) ? 0 : round((cpuSeconds(pids.api) - cpu0.api) / secs, 2),
       ...(pids.server ? { server: round((cpuSeconds(pids.server) - cpu0.server) / secs, 2) } : {}),
       more: Object.fromEntries(
         Object.entries(o.cpuOf ?? {}).map(([k, f]) => [k, round((f() - cpu0.more[k]!) / secs, 2)]),

@@ -27,6 +27,7 @@ import {
   startBenchTemporal,
   takeDeliveryOrders,
   benchDeliveryWorkflow,
+  benchLayout,
 } from './lib/stack';
 
 const ALL: Benchmark[] = [
@@ -87,8 +88,9 @@ async function main() {
   const info = machine();
   const deliveryOrderDefault = defaultDeliveryOrder();
   const deliveryWorkflow = benchDeliveryWorkflow();
+  const layout = benchLayout();
   process.stdout.write(
-    `a2a-push benchmarks${quick ? ' (--quick)' : ''}: ${info.cpus} × ${info.cpuModel}, ${info.memGiB} GiB, load ${info.loadavgAtStart.join(' ')}; DELIVERY_ORDER ${deliveryOrderDefault} unless a benchmark sets its own; DELIVERY_WORKFLOW ${deliveryWorkflow}\n`,
+    `a2a-push benchmarks${quick ? ' (--quick)' : ''}: ${info.cpus} × ${info.cpuModel}, ${info.memGiB} GiB, load ${info.loadavgAtStart.join(' ')}; DELIVERY_ORDER ${deliveryOrderDefault} unless a benchmark sets its own; DELIVERY_WORKFLOW ${deliveryWorkflow}; layout ${layout}\n`,
   );
   const results: BenchResult[] = [];
   for (const b of selected) {
@@ -120,6 +122,7 @@ async function main() {
   const stamp =
     started.toISOString().replace(/[:]/g, '-').replace(/\..+$/, '') +
     (deliveryWorkflow === 'lean' ? '-lean' : '') +
+    (layout === 'combined' ? '-combined' : '') +
     (quick ? '-quick' : '');
   const outDir = path.join(__dirname, 'results');
   const doc = {
@@ -128,6 +131,7 @@ async function main() {
     quick,
     deliveryOrderDefault,
     deliveryWorkflow,
+    layout,
     machine: { ...info, loadavgAtEnd: os.loadavg().map((l) => Math.round(l * 100) / 100) },
     results,
   };

@@ -124,6 +124,9 @@ export const settingsSchema = z
     // The workflow type new deliveries start as (issue 21): classic (an activity per attempt) or lean (the
     // fast-lane attempt as a local activity). Runs already started finish as the type they started as.
     DELIVERY_WORKFLOW: z.enum(['classic', 'lean']).default('classic'),
+    // Where the api runs in one process with a worker (npm start; `main.ts api,worker`): its dispatcher
+    // starts delivery workflows eagerly, handing the first workflow task straight to that worker.
+    EAGER_START: z.enum(['on', 'off']).default('on'),
     // Calls to one target (host or address, plus port) on the wire at once, across all workers.
     OUTBOUND_HOST_CONCURRENCY: int(8, 1, 10_000),
     // Activity slots of the slow lane: attempts to targets that recently timed out, refused or were slow.

@@ -67,8 +67,10 @@ async function main() {
   // A key the operator chose is not printed back; a generated one is shown this once.
   const firstKey = created && !settings.BOOTSTRAP_API_KEY ? created.key : undefined;
 
-  services.push(await startWorker(rt));
-  const api = await startApi(rt);
+  const worker = await startWorker(rt);
+  services.push(worker);
+  // Beside the worker: the api's dispatcher starts deliveries eagerly on the worker's connection.
+  const api = await startApi(rt, worker);
   services.unshift(api);
   const inbox = await startInbox(rt);
   services.unshift(inbox);

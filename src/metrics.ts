@@ -25,6 +25,12 @@ export const configsFailing = new Counter({
   help: 'Push configs stopped as failing: no 2xx for CONFIG_FAILING_AFTER',
   registers: [],
 });
+export const workflowStarts = new Counter({
+  name: 'a2a_push_dispatch_starts_total',
+  help: 'Delivery workflows started by the dispatcher, by path (direct, claim) and whether the start was eager (its first workflow task handed to the worker in this process)',
+  labelNames: ['path', 'eager'] as const,
+  registers: [],
+});
 export const inboxRequests = new Counter({
   name: 'a2a_push_inbox_requests_total',
   help: 'Inbox callbacks by answer status and reason',
@@ -40,7 +46,7 @@ export function createRegistry(kind: 'api' | 'inbox' | 'worker', extra: Metric[]
     kind === 'worker'
       ? [deliveriesTotal, attemptDuration, guardRefusals, configsFailing, slotWaits]
       : kind === 'api'
-        ? [eventWrites, guardRefusals]
+        ? [eventWrites, guardRefusals, workflowStarts]
         : [inboxRequests];
   for (const m of [...own, ...extra]) registry.registerMetric(m);
   return registry;

@@ -14,7 +14,7 @@ import { pgReachable, type Db } from './db/pool';
 import { temporalReachable, type ReachableConnection } from './temporal';
 import { createRegistry } from './metrics';
 import { createHttp, type Runtime } from './runtime';
-import { connectTemporal } from './temporal';
+import { connectTemporal, eagerStartClient } from './temporal';
 import { shutdownTracing } from './tracing';
 import { startRetentionTimer } from './retention';
 import {
@@ -77,7 +77,18 @@ export const serviceReadiness =
     temporal: await temporalReachable(temporal),
   });
 
-export async function startApi(rt: Runtime): Promise<Service & { dispatcher: Dispatcher; port: number }> {
+/**
+ * The api. `beside`: a worker of the same task queue running in this process (npm start, `main.ts
+ * api,worker`): with EAGER_START on, the dispatcher starts delivery workflows on that worker's
+ * NativeConnection and asks for eager start (the first workflow task comes back in the start's answer
+ * and runs on that worker, with no trip through Temporal's matching). Everything else (readiness,
+ * signals, the API's own Temporal calls) stays on the api's lazy connection, so the api answers while
+ * Temporal is away.
+ */
+export async function startApi(
+  rt: Runtime,
+  beside?: { connection: NativeConnection },
+): Promise<Service & { dispatcher: Dispatcher; port: number }> {
   // PUBLIC_BASE_URL: embedded registrations hand out callback URLs built on it.
   const s = requireSettings(rt.settings, ['TEMPORAL_ADDRESS', 'PUBLIC_BASE_URL']);
   const { client, connection } = connectTemporal({
@@ -85,9 +96,11 @@ export async function startApi(rt: Runtime): Promise<Service & { dispatcher: Dis
     namespace: s.TEMPORAL_NAMESPACE,
     taskQueue: s.TASK_QUEUE,
   });
+  const eager = beside !== undefined && s.EAGER_START === 'on';
   const dispatcher = new Dispatcher({
     db: rt.db,
-    client,
+    client: eager ? eagerStartClient(beside.connection, s.TEMPORAL_NAMESPACE) : client,
+    eager,
     taskQueue: s.TASK_QUEUE,
     logger: rt.logger,
     sweepIntervalMs: s.SWEEP_INTERVAL,
@@ -189,7 +202,7 @@ export async function startInbox(rt: Runtime): Promise<Service & { port: number 
 export async function startWorker(
   rt: Runtime,
   source?: WorkflowSource,
-): Promise<Service & { run: Promise<void> }> {
+): Promise<Service & { run: Promise<void>; connection: NativeConnection }> {
   const s = requireSettings(rt.settings, ['TEMPORAL_ADDRESS']);
   installTemporalRuntime(rt.logger);
   boundHeapGrowth();
@@ -207,6 +220,7 @@ export async function startWorker(
     name: 'worker',
     url: `http://127.0.0.1:${s.WORKER_PORT}`,
     run,
+    connection,
     async stop() {
       worker.shutdown();
       await run.catch(() => undefined);

@@ -5,6 +5,7 @@ import {
   WorkflowNotFoundError,
 } from '@temporalio/client';
 import { WorkflowIdReusePolicy } from '@temporalio/common';
+import type { NativeConnection } from '@temporalio/worker';
 import { requestIdClientInterceptor } from './request-context';
 import { temporalClientInterceptors } from './tracing';
 import { fairnessKeyOf, hostOf, makeDeliveryWorkflowId, makeRegistrationWorkflowId } from './ids';
@@ -81,17 +82,25 @@ export const DELIVERY_WORKFLOW_TYPES: Record<DeliveryWorkflowKind, string> = {
  */
 export const LEAN_WORKFLOW_TASK_TIMEOUT = '20 seconds';
 
-/** Starts a job's workflow; a workflow that already exists (started before a crash) counts as started. */
+/**
+ * Starts a job's workflow; a workflow that already exists (started before a crash) counts as started.
+ * `eager`: ask for eager start (the client must be on the NativeConnection of a worker of `taskQueue`
+ * in this process): the server writes the start and the first workflow task in one update and hands
+ * that task back in the answer, to the local worker, with no trip through matching. Without a free
+ * workflow task slot the SDK asks for a normal start, silently. Resolves true when the start was eager.
+ */
 export async function startDeliveryWorkflow(
   client: Client,
   taskQueue: string,
   job: JobToStart,
   kind: DeliveryWorkflowKind = 'classic',
-): Promise<void> {
+  eager = false,
+): Promise<boolean> {
   try {
-    await client.workflow.start(DELIVERY_WORKFLOW_TYPES[kind], {
+    const handle = await client.workflow.start(DELIVERY_WORKFLOW_TYPES[kind], {
       workflowId: makeDeliveryWorkflowId(job.id),
       taskQueue,
+      ...(eager ? { requestEagerStart: true } : {}),
       ...(kind === 'lean' ? { workflowTaskTimeout: LEAN_WORKFLOW_TASK_TIMEOUT } : {}),
       args: [{ jobId: job.id }],
       workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
@@ -107,10 +116,19 @@ export async function startDeliveryWorkflow(
       staticSummary: `push task ${job.taskId} → host ${job.host}`,
       staticDetails: `task ${job.taskId}, config ${job.configId}, target host ${job.host}${job.plan ? `\n\n${job.plan}` : ''}`,
     });
+    return handle.eagerlyStarted;
   } catch (err) {
-    if (err instanceof WorkflowExecutionAlreadyStartedError) return;
+    if (err instanceof WorkflowExecutionAlreadyStartedError) return false;
     throw err;
   }
+}
+
+/**
+ * A client for eager starts: on the NativeConnection of a worker running in this process (eager start
+ * needs one shared between client and worker), with the same interceptors as every other client.
+ */
+export function eagerStartClient(connection: NativeConnection, namespace: string): Client {
+  return new Client({ connection, namespace, interceptors: { workflow: clientInterceptors() } });
 }
 
 /** Best effort: a lost wake is repaired by the workflow's own timer and the activity's checks. */

@@ -69,7 +69,7 @@ export async function startBenchTemporal(
 export const BENCH_API_KEY = 'a2ap_bench_key_0123456789abcdef';
 
 export interface ServiceProc {
-  kind: 'api' | 'inbox' | 'worker';
+  kind: 'api' | 'inbox' | 'worker' | 'api,worker';
   pid: number;
   url: string;
   child: ChildProcess;
@@ -119,6 +119,19 @@ export function takeDeliveryOrders(): string[] {
   const seen = [...new Set(ordersStarted)];
   ordersStarted.length = 0;
   return seen;
+}
+
+/**
+ * How the service processes are laid out (issue 21): `split`, one process per role (the default, as
+ * production runs it with `main.ts api|inbox|worker`), or `combined`, the api and the first worker in
+ * one process (`main.ts api,worker`), whose dispatcher starts workflows eagerly (EAGER_START).
+ * `BENCH_LAYOUT` picks it for the whole suite.
+ */
+export type Layout = 'split' | 'combined';
+export function benchLayout(): Layout {
+  const v = process.env.BENCH_LAYOUT ?? 'split';
+  if (v !== 'split' && v !== 'combined') throw new Error(`BENCH_LAYOUT: split or combined, not ${v}`);
+  return v;
 }
 
 /** Short retries for the failure benchmark (and harmless for the others, where nothing fails). */
@@ -182,7 +195,10 @@ export async function startServices(o: {
   env?: Record<string, string>;
   /** Which processes to start (all by default). */
   start?: { inbox?: boolean; workers?: boolean };
+  /** Default: benchLayout(). `combined` needs workers. */
+  layout?: Layout;
 }): Promise<Services> {
+  const combined = (o.layout ?? benchLayout()) === 'combined' && o.start?.workers !== false;
   const [apiPort, inboxPort] = [await freePort(), await freePort()];
   const base: Record<string, string> = {
     DATABASE_URL: o.databaseUrl,
@@ -205,17 +221,27 @@ export async function startServices(o: {
   const started: ServiceProc[] = [];
   const log = (k: string) => path.join(o.dir, `${k}-${base.TASK_QUEUE}.log`);
   try {
-    // The api migrates the database: it starts first.
-    const api = spawnService('api', base, log('api'));
+    // The api migrates the database: it starts first (combined: with the first worker, which then
+    // counts among the workers, same pid).
+    const workers: ServiceProc[] = [];
+    const combinedPort = combined ? await freePort() : 0;
+    const api = combined
+      ? spawnService('api,worker', { ...base, WORKER_PORT: String(combinedPort) }, log('api-worker0'))
+      : spawnService('api', base, log('api'));
     const apiProc: ServiceProc = {
-      kind: 'api',
+      kind: combined ? 'api,worker' : 'api',
       pid: api.pid!,
       url: `http://127.0.0.1:${apiPort}`,
       child: api,
     };
     started.push(apiProc);
-    await ready(apiProc.url, api, 'api', log('api'), '/healthz');
+    await ready(apiProc.url, api, 'api', log(combined ? 'api-worker0' : 'api'), '/healthz');
     const pending: Array<Promise<void>> = [];
+    if (combined) {
+      const wp: ServiceProc = { ...apiProc, url: `http://127.0.0.1:${combinedPort}` };
+      workers.push(wp);
+      pending.push(ready(wp.url, api, 'worker 0 (with the api)', log('api-worker0')));
+    }
     let inboxProc: ServiceProc | undefined;
     if (o.start?.inbox !== false) {
       const inbox = spawnService('inbox', base, log('inbox'));
@@ -223,9 +249,8 @@ export async function startServices(o: {
       started.push(inboxProc);
       pending.push(ready(inboxProc.url, inbox, 'inbox', log('inbox'), '/healthz'));
     }
-    const workers: ServiceProc[] = [];
     if (o.start?.workers !== false)
-      for (let i = 0; i < (o.workers ?? 1); i++) {
+      for (let i = workers.length; i < (o.workers ?? 1); i++) {
         const port = await freePort();
         const w = spawnService('worker', { ...base, WORKER_PORT: String(port) }, log(`worker${i}`));
         const wp: ServiceProc = { kind: 'worker', pid: w.pid!, url: `http://127.0.0.1:${port}`, child: w };

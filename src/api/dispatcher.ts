@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { Db } from '../db/pool';
 import { hostOf } from '../ids';
 import { withRequestContext } from '../request-context';
+import { workflowStarts } from '../metrics';
 import { inSpan } from '../tracing';
 import {
   signalRegistration,
@@ -31,6 +32,11 @@ export interface DispatcherOptions {
   plan?: string;
   /** DELIVERY_WORKFLOW: the workflow type every start (direct, claim, sweep, a `:retry`'s job) uses. */
   workflow?: DeliveryWorkflowKind;
+  /**
+   * Ask for eager starts (EAGER_START, where the api runs beside a worker): `client` must then be on that
+   * worker's NativeConnection (src/temporal.ts, eagerStartClient).
+   */
+  eager?: boolean;
 }
 
 /**
@@ -165,13 +171,16 @@ export class Dispatcher {
         parent: traceparent ?? null,
         attributes: { 'a2a_push.dispatch.path': path, 'a2a_push.job_id': job.id },
       },
-      () =>
-        startDeliveryWorkflow(
+      async () => {
+        const eager = await startDeliveryWorkflow(
           this.o.client,
           this.o.taskQueue,
           { ...job, ...(this.o.plan ? { plan: this.o.plan } : {}) },
           this.o.workflow ?? 'classic',
-        ),
+          this.o.eager ?? false,
+        );
+        workflowStarts.inc({ path, eager: String(eager) });
+      },
     );
   }
 

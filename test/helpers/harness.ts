@@ -26,7 +26,7 @@ import { Keyring } from '../../src/sealing/keyring';
 import { makeDeliveryWorkflowId } from '../../src/ids';
 import type { DeliveryResult } from '../../src/workflows/delivery';
 import { activityInterceptors, temporalLogForwarder, Workers } from '../../src/worker/worker';
-import { clientInterceptors } from '../../src/temporal';
+import { clientInterceptors, eagerStartClient } from '../../src/temporal';
 import { temporalWorkerTracing } from '../../src/tracing';
 import { SEARCH_ATTRIBUTES } from '../../src/workflows/search-attributes';
 import pino from 'pino';
@@ -72,6 +72,11 @@ export interface StackOptions {
   inboxTap?: (seen: InboxSeen) => void;
   /** How often a long-poll re-reads the feed without a notification (the API's default: 1 s). */
   feedRecheckMs?: number;
+  /**
+   * The api beside the worker (as `npm start` and `main.ts api,worker` run it): the dispatcher starts
+   * workflows eagerly on the worker's NativeConnection.
+   */
+  eager?: boolean;
 }
 
 export interface InboxSeen {
@@ -148,7 +153,10 @@ export async function startStack(
 
   const dispatcher = new Dispatcher({
     db: tdb.db,
-    client: temporal.client,
+    client: o.eager
+      ? eagerStartClient(temporal.nativeConnection, temporal.namespace ?? 'default')
+      : temporal.client,
+    eager: o.eager ?? false,
     taskQueue,
     logger: silent,
     sweepIntervalMs: settings.SWEEP_INTERVAL,

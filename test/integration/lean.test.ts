@@ -6,6 +6,7 @@
 import crypto from 'node:crypto';
 import { temporal as proto } from '@temporalio/proto';
 import { makeDeliveryWorkflowId } from '../../src/ids';
+import { workflowStarts } from '../../src/metrics';
 import {
   connectDevServer,
   createConfig,
@@ -81,4 +82,64 @@ it("a :retry's new job (started by the claim run) is a lean workflow too", async
   const again = (await res.json()) as { id: string };
   expect(await deliveryResult(temporal.client, again.id)).toMatchObject({ status: 'delivered', attempts: 1 });
   expect(await typeOf(again.id)).toBe('deliveryWorkflowLean');
+});
+
+describe('eager start (the api beside the worker, EAGER_START on)', () => {
+  let eagerStack: Stack;
+  const eagerQueue = `${queue}-eager`;
+  beforeAll(async () => {
+    eagerStack = await startStack(temporal, eagerQueue, { env: { DELIVERY_WORKFLOW: 'lean' }, eager: true });
+  });
+  afterAll(async () => {
+    await eagerStack?.close();
+  });
+  const started = async (jobId: string) =>
+    (await history(jobId))[0]!.workflowExecutionStartedEventAttributes!;
+  const eagerStarts = async () =>
+    (await workflowStarts.get()).values
+      .filter((v) => v.labels.eager === 'true')
+      .reduce((a, v) => a + v.value, 0);
+
+  it('the start hands the first workflow task to the local worker: the server accepted it eagerly, still 7 events', async () => {
+    receiver.setScript(() => ({ status: 200 }));
+    const before = await eagerStarts();
+    await createConfig(eagerStack, 'lean-eager-1', { id: 'c', url: receiver.url });
+    const ev = await writeEvent(eagerStack, 'lean-eager-1', {
+      statusUpdate: { taskId: 'lean-eager-1', status: { state: 'TASK_STATE_WORKING' } },
+    });
+    const jobId = ev.deliveries[0]!.id;
+    expect(await deliveryResult(temporal.client, jobId)).toMatchObject({ status: 'delivered', attempts: 1 });
+    expect((await started(jobId)).eagerExecutionAccepted).toBe(true);
+    expect(await history(jobId)).toHaveLength(7);
+    expect(await eagerStarts()).toBe(before + 1);
+  });
+
+  it('the stack without it starts through matching (the server did not take the start as eager)', async () => {
+    receiver.setScript(() => ({ status: 200 }));
+    await createConfig(stack, 'lean-eager-2', { id: 'c', url: receiver.url });
+    const ev = await writeEvent(stack, 'lean-eager-2', {
+      statusUpdate: { taskId: 'lean-eager-2', status: { state: 'TASK_STATE_WORKING' } },
+    });
+    const jobId = ev.deliveries[0]!.id;
+    expect(await deliveryResult(temporal.client, jobId)).toMatchObject({ status: 'delivered' });
+    expect((await started(jobId)).eagerExecutionAccepted ?? false).toBe(false);
+  });
+
+  it('the classic type starts eagerly too', async () => {
+    // The dispatcher's type comes from the api settings; a stack of its own with classic.
+    const classic = await startStack(temporal, `${queue}-eager-classic`, { env: {}, eager: true });
+    try {
+      receiver.setScript(() => ({ status: 200 }));
+      await createConfig(classic, 'classic-eager', { id: 'c', url: receiver.url });
+      const ev = await writeEvent(classic, 'classic-eager', {
+        statusUpdate: { taskId: 'classic-eager', status: { state: 'TASK_STATE_WORKING' } },
+      });
+      const jobId = ev.deliveries[0]!.id;
+      expect(await deliveryResult(temporal.client, jobId)).toMatchObject({ status: 'delivered' });
+      expect(await typeOf(jobId)).toBe('deliveryWorkflow');
+      expect((await started(jobId)).eagerExecutionAccepted).toBe(true);
+    } finally {
+      await classic.close();
+    }
+  });
 });

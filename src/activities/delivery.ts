@@ -21,7 +21,7 @@ import { USER_AGENT } from '../version';
 import { hostOf } from '../ids';
 import { targetOf, type CallHealth, type HostSlots } from '../db/slots';
 import { lineAfter, lineJobOf, ON_WIRE_LIMIT_MS, unfinishedJobsOf, type LineRow } from '../db/outbox';
-import { heldBy, nextInLine, recheckMs } from '../delivery/order';
+import { heldBy, nextInLine, recheckMs, type LineJob } from '../delivery/order';
 
 /** Workflow time and a sample of the workflow's deterministic random: every decision is in Temporal time. */
 export interface AttemptInput {
@@ -215,11 +215,23 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     error?: string;
   };
 
+  /**
+   * The next job of an ordered job's line, read by the statement that recorded its end (the activity
+   * wakes it once the job has ended); kept beside the answer, never in it (answers go into history).
+   */
+  const lineRead = new WeakMap<AttemptOutput, LineJob[]>();
+
+  /**
+   * Records attempt n's outcome on its row and the job (outbox_attempt_end, migration 014), in one
+   * round trip with what goes with it: `release`, the attempt's host slot given back first (with the
+   * call's health for the slow lane), and for an ordered job that ends, the next job of its line.
+   */
   async function recordOutcome(
     input: AttemptInput,
     ctx: Context,
     c: Recorded,
     durationMs: number | null,
+    release?: { target: string; health: CallHealth },
   ): Promise<AttemptOutput> {
     const n = input.attempt;
     let status: JobStatus;
@@ -233,37 +245,20 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       } else status = step.kind;
     }
     const final = isFinished(status);
-    // One statement (atomic alone, or inside the transaction below): the attempt's row, the job, and
-    // for a 2xx config health's clock. Round trips are most of the worker's own cost per delivery.
+    const [capacity, , slotWaitMs, grantMs, suspectMs] = deps.slots.params();
+    type Ended = {
+      o_updated: JobStatus | null;
+      o_cur_status: JobStatus;
+      o_cur_attempts: number;
+      o_granted: string[];
+      o_next_id: string | null;
+      o_next_seq: string | null;
+      o_next_status: JobStatus | null;
+    };
     const write = async (q: Db | Tx) => {
-      const r = await q.query<{ updated: JobStatus | null; cur_status: JobStatus; cur_attempts: number }>(
-        `WITH a AS (
-           -- Two runs of one attempt can overlap (Temporal retried an activity whose worker was alive
-           -- but silent): the run that made the request may replace 'interrupted' with what really
-           -- happened; 'interrupted' never replaces a real outcome.
-           UPDATE delivery_attempts SET duration_ms = $3, outcome = $4, http_status = $5, error = $6, retry_after_ms = $7
-            WHERE job_id = $1 AND n = $2
-              AND (outcome IS NULL OR (outcome = 'interrupted' AND $4 <> 'interrupted'))),
-         u AS (
-           -- A 2xx always lands: the receiver has it, even if the job was superseded or its config
-           -- deleted meanwhile. Anything else only on this attempt's own state: a late run of attempt n
-           -- never overwrites attempt n+1's.
-           UPDATE delivery_jobs
-              SET status = $8, reason = $9, finished_at = CASE WHEN $10 THEN now() ELSE NULL END,
-                  next_attempt_at = CASE WHEN $11::bigint IS NULL THEN NULL
-                                         ELSE to_timestamp(($12::bigint + $11::bigint) / 1000.0) END
-            WHERE id = $1
-              AND CASE WHEN $8 = 'delivered' THEN status <> 'delivered'
-                       ELSE status = 'in_flight' AND attempt_count = $2 END
-           RETURNING status),
-         h AS (
-           -- A 2xx resets config health's clock (moved at most once a minute per config).
-           UPDATE push_configs SET health_since = to_timestamp($12::bigint / 1000.0)
-            WHERE row_id = $13 AND $8 = 'delivered' AND EXISTS (SELECT 1 FROM u)
-              AND (health_since IS NULL OR health_since < to_timestamp($12::bigint / 1000.0) - interval '1 minute'))
-         -- The job as it was before this statement: what it still is when u changed nothing.
-         SELECT (SELECT status FROM u) AS updated, j.status AS cur_status, j.attempt_count AS cur_attempts
-           FROM delivery_jobs j WHERE j.id = $1`,
+      const r = await q.query<Ended>(
+        `SELECT * FROM outbox_attempt_end($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+                                          $15, $16, $17, $18, $19, $20, $21)`,
         [
           input.jobId,
           n,
@@ -278,27 +273,54 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
           waitMs ?? null,
           input.now,
           ctx.config_row_id,
+          ctx.ordered && final,
+          release?.target ?? null,
+          holderOf(input.jobId, n),
+          release?.health ?? 'neutral',
+          capacity,
+          grantMs,
+          suspectMs,
+          slotWaitMs,
         ],
       );
-      return r.rows[0]!;
+      const row = r.rows[0]!;
+      wakeLater(row.o_granted);
+      return row;
     };
-    const answer = (row: { updated: JobStatus | null; cur_status: JobStatus; cur_attempts: number }) =>
-      row.updated === null
-        ? { status: row.cur_status, attempts: row.cur_attempts, outcome: c.outcome }
-        : {
-            status,
-            attempts: n,
-            outcome: c.outcome,
-            ...(c.reason !== null ? { reason: c.reason } : {}),
-            ...(c.httpStatus !== undefined ? { httpStatus: c.httpStatus } : {}),
-            ...(waitMs !== undefined ? { waitMs } : {}),
-          };
+    const answer = (row: Ended): AttemptOutput => {
+      const out: AttemptOutput =
+        row.o_updated === null
+          ? { status: row.o_cur_status, attempts: row.o_cur_attempts, outcome: c.outcome }
+          : {
+              status,
+              attempts: n,
+              outcome: c.outcome,
+              ...(c.reason !== null ? { reason: c.reason } : {}),
+              ...(c.httpStatus !== undefined ? { httpStatus: c.httpStatus } : {}),
+              ...(waitMs !== undefined ? { waitMs } : {}),
+            };
+      if (ctx.ordered && final)
+        lineRead.set(
+          out,
+          row.o_next_id === null
+            ? []
+            : [
+                {
+                  id: row.o_next_id,
+                  seq: BigInt(row.o_next_seq!),
+                  status: row.o_next_status!,
+                  openAttempt: false,
+                },
+              ],
+        );
+      return out;
+    };
     const { configStatus } = c;
     if (!configStatus) return answer(await write(db));
     // The answer pauses or stops the config: that, and its audit row, in the same transaction.
     return inTx(db, async (tx) => {
       const row = await write(tx);
-      if (row.updated === null) return answer(row);
+      if (row.o_updated === null) return answer(row);
       const cu = await tx.query(
         `UPDATE push_configs SET status = $2, status_reason = $3, status_changed_at = now()
           WHERE row_id = $1 AND status = 'active' AND deleted_at IS NULL`,
@@ -413,7 +435,8 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       if (out.outcome === undefined) await leaveTarget(input, ctx.url);
       if (endedUndelivered(out.status, out.attempts)) await checkConfigHealth(ctx, input.jobId, input.now);
     }
-    if (out.waitMs === undefined && isFinished(out.status) && ctx.ordered) await wakeLine(ctx, out.status);
+    if (out.waitMs === undefined && isFinished(out.status) && ctx.ordered)
+      await wakeLine(ctx, out.status, lineRead.get(out));
     return { ...out, maxAttempts: deps.retry.maxAttempts };
   }
 
@@ -422,12 +445,13 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
    * starts now. When the config itself ended (deleted, paused, stopped), its whole waiting line is
    * woken to end without attempts. A lost wake is repaired by the waiters' own rechecks.
    */
-  async function wakeLine(ctx: Context, status: JobStatus): Promise<void> {
+  async function wakeLine(ctx: Context, status: JobStatus, read?: LineJob[]): Promise<void> {
     if (['cancelled', 'auth_failed', 'stopped'].includes(status)) {
       wakeLater(await unfinishedJobsOf(db, ctx.config_row_id));
       return;
     }
-    const next = nextInLine(BigInt(ctx.seq), await lineAfter(db, ctx.config_row_id, ctx.seq));
+    // Read with the job's end when an attempt ended it (outbox_attempt_end); else asked now.
+    const next = nextInLine(BigInt(ctx.seq), read ?? (await lineAfter(db, ctx.config_row_id, ctx.seq)));
     if (next) wakeLater([next.id]);
   }
 
@@ -525,19 +549,36 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     if (ctx.credential_id && !ctx.secret) throw new Error(`sealed secret ${ctx.credential_id} is missing`);
     const credential = ctx.secret ? unsealRow(deps.keyring, ctx.secret) : undefined;
 
-    // A slot at the target before anything is written: a call that finds it full uses no attempt.
-    let target: string | undefined;
-    if (verdict.ok) {
-      target = targetOf(ctx.url);
+    // A slot at the target, and only with it the attempt's start, in one statement (outbox_attempt_begin):
+    // a call that finds its target full uses no attempt.
+    const target = verdict.ok ? targetOf(ctx.url) : undefined;
+    const [capacity, leaseMs, slotWaitMs, grantMs, suspectMs] = deps.slots.params();
+    const begun = await db.query<{
+      o_started: boolean;
+      o_acquired: boolean;
+      o_suspect: boolean;
+      o_granted: string[];
+    }>('SELECT * FROM outbox_attempt_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)', [
+      input.jobId,
+      n,
+      input.now,
+      ctx.config_row_id,
+      early,
+      target ?? null,
+      holderOf(input.jobId, n),
+      ctx.tenant_id,
+      input.lane === 'fast',
+      capacity,
+      leaseMs,
+      slotWaitMs,
+      grantMs,
+      suspectMs,
+    ]);
+    const b = begun.rows[0]!;
+    wakeLater(b.o_granted);
+    if (target) {
       const inSlowLane = input.lane === 'slow';
-      const slot = await deps.slots.acquire(
-        target,
-        holderOf(input.jobId, n),
-        ctx.tenant_id,
-        'push',
-        input.lane === 'fast',
-      );
-      wakeLater(slot.granted);
+      const slot = deps.slots.answer(b, input.lane === 'fast', 'push');
       if (!slot.acquired) {
         const base = {
           status: ctx.status,
@@ -553,22 +594,8 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       }
     }
 
-    const started = await db.query(
-      `WITH j AS (
-         UPDATE delivery_jobs SET status = 'in_flight', attempt_count = $2, next_attempt_at = NULL,
-                                  held_by = NULL, wake_early = false, early_taken = $5
-          WHERE id = $1 AND status IN ('queued', 'waiting_retry') RETURNING id),
-       -- Config health's clock starts at the config's first attempt.
-       h AS (
-         UPDATE push_configs SET health_since = to_timestamp($3::bigint / 1000.0)
-          WHERE row_id = $4 AND health_since IS NULL AND EXISTS (SELECT 1 FROM j))
-       INSERT INTO delivery_attempts (job_id, n, started_at) SELECT id, $2, to_timestamp($3::bigint / 1000.0) FROM j`,
-      [input.jobId, n, input.now, ctx.config_row_id, early],
-    );
-    if (started.rowCount === 0) {
-      if (target) await leaveTarget(input, ctx.url);
-      return currentStatus(input.jobId);
-    }
+    // Not started (the job ended meanwhile): the slot went back in the same statement.
+    if (!b.o_started) return currentStatus(input.jobId);
 
     let result: AttemptResult;
     const t0 = performance.now();
@@ -595,23 +622,17 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     }
     const durationMs = Math.round(performance.now() - t0);
     const c = classifyAttempt(result, Date.now());
-    let health: CallHealth = 'neutral';
-    if (target) {
-      // A call that timed out, could not connect or took more than half its time marks its target
-      // for the slow lane; a 2xx clears the mark (however long it took).
-      health =
-        result.kind === 'error' && ['timeout', 'connection', 'dns'].includes(result.code)
-          ? 'suspect'
-          : c.outcome === 'delivered'
-            ? 'healthy'
-            : durationMs > deps.timeoutMs / 2
-              ? 'suspect'
-              : 'neutral';
-      await leaveTarget(input, ctx.url, health).catch((err: unknown) =>
-        // The lease runs out by itself; the outcome must still be recorded.
-        contextLogger(logger).warn({ err: (err as Error).message }, 'releasing a host slot failed'),
-      );
-    }
+    // A call that timed out, could not connect or took more than half its time marks its target for
+    // the slow lane; a 2xx clears the mark (however long it took). The slot goes back as the outcome
+    // is recorded (one statement).
+    const health: CallHealth =
+      result.kind === 'error' && ['timeout', 'connection', 'dns'].includes(result.code)
+        ? 'suspect'
+        : c.outcome === 'delivered'
+          ? 'healthy'
+          : durationMs > deps.timeoutMs / 2
+            ? 'suspect'
+            : 'neutral';
     attemptDuration.observe(durationMs / 1000);
     deliveriesTotal.inc({ outcome: c.outcome });
     contextLogger(logger).info(
@@ -628,6 +649,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
         ...(result.kind === 'guard_refused' ? { error: c.reason } : {}),
       },
       durationMs,
+      target ? { target, health } : undefined,
     );
     // The next attempt to a target that just timed out or refused runs in the slow lane.
     if (health === 'suspect' && out.waitMs !== undefined) out.lane = 'slow';

@@ -86,8 +86,29 @@ export class HostSlots {
       ],
     );
     const row = r.rows[0]!;
+    return this.answer(row, refuseSuspect, kind);
+  }
+
+  /**
+   * What a call that asked for a slot got (from outbound_acquire, or outbox_attempt_begin, which calls
+   * it): a call that was put in line counts as a wait.
+   */
+  answer(
+    row: { o_acquired: boolean; o_suspect: boolean; o_granted: string[] },
+    refuseSuspect: boolean,
+    kind: 'push' | 'agent',
+  ): Acquired {
     if (!row.o_acquired && !(row.o_suspect && refuseSuspect)) slotWaits.inc({ kind });
     return { acquired: row.o_acquired, suspect: row.o_suspect, granted: row.o_granted };
+  }
+
+  /**
+   * The settings outbox_attempt_begin/end pass on to outbound_acquire/release, in their order:
+   * capacity, lease, wait in line, grant, slow-lane mark (ms).
+   */
+  params(): [number, number, number, number, number] {
+    const s = this.settings;
+    return [s.capacity, s.leaseMs, s.waitMs, s.grantMs, s.suspectMs];
   }
 
   /** Gives the slot (or the place in line) back; answers the holders granted the freed room. */

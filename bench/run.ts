@@ -75,12 +75,14 @@ async function main() {
   const started = new Date();
   const dir = scratchDir();
   const pg = await startBenchPostgres(dir);
+  const pgDir = path.join(dir, 'pg');
   const receiver = await startBenchReceiver();
   let temporal: Promise<BenchTemporal> | undefined;
   const ctx: BenchContext = {
     quick,
     dir,
     pg,
+    pgDir,
     receiver,
     temporal: () => (temporal ??= startBenchTemporal(dir, 'wal')),
     log: (l) => process.stderr.write(`  … ${l}\n`),

@@ -9,6 +9,8 @@ export interface BenchContext {
   quick: boolean;
   dir: string;
   pg: EmbeddedPg;
+  /** The run's Postgres data folder (its postmaster.pid: CPU of the server and its backends). */
+  pgDir: string;
   receiver: BenchReceiver;
   /** The run's shared dev server with the embedded default store (WAL + synchronous=normal). */
   temporal(): Promise<BenchTemporal>;

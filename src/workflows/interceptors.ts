@@ -5,6 +5,7 @@ import {
   type WorkflowInterceptors,
   type WorkflowOutboundCallsInterceptor,
   type ActivityInput,
+  type LocalActivityInput,
   type SignalInput,
   type GetLogAttributesInput,
   type ContinueAsNewInput,
@@ -29,6 +30,13 @@ export const interceptors = (): WorkflowInterceptors => {
   };
   const outbound: WorkflowOutboundCallsInterceptor = {
     scheduleActivity(input: ActivityInput, next: Next<WorkflowOutboundCallsInterceptor, 'scheduleActivity'>) {
+      return next(requestId ? { ...input, headers: { ...input.headers, [HEADER]: requestId } } : input);
+    },
+    // The lean type's attempts are local activities: their log lines carry the request id too.
+    scheduleLocalActivity(
+      input: LocalActivityInput,
+      next: Next<WorkflowOutboundCallsInterceptor, 'scheduleLocalActivity'>,
+    ) {
       return next(requestId ? { ...input, headers: { ...input.headers, [HEADER]: requestId } } : input);
     },
     continueAsNew(input: ContinueAsNewInput, next: Next<WorkflowOutboundCallsInterceptor, 'continueAsNew'>) {

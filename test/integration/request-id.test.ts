@@ -28,7 +28,7 @@ const sink = new Writable({
 const logger = pino({ level: 'debug', redact: { paths: REDACT_PATHS, censor: '[redacted]' } }, sink);
 
 let temporal: Awaited<ReturnType<typeof connectDevServer>>;
-let stack: Stack;
+let shared: Stack;
 let receiver: Receiver;
 let agent: TestAgent;
 
@@ -38,69 +38,87 @@ beforeAll(async () => {
   temporal = await connectDevServer();
   receiver = await startReceiver();
   agent = await startTestAgent();
-  stack = await startStack(temporal, `reqid-${crypto.randomBytes(4).toString('hex')}`, { env: {}, logger });
+  shared = await startStack(temporal, `reqid-${crypto.randomBytes(4).toString('hex')}`, { env: {}, logger });
 });
 afterAll(async () => {
-  await stack?.close();
+  await shared?.close();
   await agent?.close();
   await receiver?.close();
   await temporal?.close();
 });
 
-it("an event write's request id reaches the delivery activity's log lines; no secret reaches any line", async () => {
-  await createConfig(stack, 'task-rid', {
-    id: 'c',
-    url: receiver.url,
-    token: 'tok-never-logged',
-    authentication: { scheme: 'Bearer', credentials: 'cred-never-logged' },
-  });
-  const res = await stack.api('/v1/tasks/task-rid/events', {
-    method: 'POST',
-    json: { streamResponse: { task: { id: 'task-rid' } } },
-    headers: { 'x-request-id': 'req-event-42' },
-  });
-  expect(res.status).toBe(202);
-  expect(res.headers.get('x-request-id')).toBe('req-event-42');
-  const { deliveries } = (await res.json()) as { deliveries: Array<{ id: string }> };
-  const id = deliveries[0]!.id;
-  await eventually(
-    () => json(stack.api(`/v1/deliveries/${id}`)),
-    (d) => d.status === 'delivered',
-  );
-  const attempt = await eventually(
-    async () => lines.find((l) => l.msg === 'delivery attempt' && l.jobId === id),
-    (l) => l !== undefined,
-  );
-  expect(attempt).toMatchObject({
-    requestId: 'req-event-42',
-    workflowId: `delivery-${id}`,
-    activity: 'attemptDelivery',
-    outcome: 'delivered',
-  });
-  // The workflow's own log line carries the request id too (the workflow interceptor's log attributes).
-  const finished = await eventually(
-    async () =>
-      lines.find(
-        (l) => l.message === 'delivery finished' || (l.msg === 'delivery finished' && l.jobId === id),
-      ),
-    (l) => l !== undefined,
-  );
-  expect(finished).toMatchObject({
-    requestId: 'req-event-42',
-    workflowId: `delivery-${id}`,
-    status: 'delivered',
-  });
-  const http = lines.find((l) => (l.req as { id?: string } | undefined)?.id === 'req-event-42');
-  expect(http).toBeDefined();
-  const text = JSON.stringify(lines);
-  expect(text).not.toContain('cred-never-logged');
-  expect(text).not.toContain('tok-never-logged');
-  expect(text).not.toContain(stack.apiKey);
-});
+// lean: the attempt is a local activity, which gets the header from the workflow interceptor too.
+it.each(['classic', 'lean'] as const)(
+  "%s: an event write's request id reaches the delivery activity's log lines; no secret reaches any line",
+  async (kind) => {
+    const own =
+      kind === 'classic'
+        ? undefined
+        : await startStack(temporal, `reqid-${kind}-${crypto.randomBytes(4).toString('hex')}`, {
+            env: { DELIVERY_WORKFLOW: kind },
+            logger,
+          });
+    const stack = own ?? shared;
+    const task = `task-rid-${kind}`;
+    const rid = `req-event-42-${kind}`;
+    try {
+      await createConfig(stack, task, {
+        id: 'c',
+        url: receiver.url,
+        token: 'tok-never-logged',
+        authentication: { scheme: 'Bearer', credentials: 'cred-never-logged' },
+      });
+      const res = await stack.api(`/v1/tasks/${task}/events`, {
+        method: 'POST',
+        json: { streamResponse: { task: { id: task } } },
+        headers: { 'x-request-id': rid },
+      });
+      expect(res.status).toBe(202);
+      expect(res.headers.get('x-request-id')).toBe(rid);
+      const { deliveries } = (await res.json()) as { deliveries: Array<{ id: string }> };
+      const id = deliveries[0]!.id;
+      await eventually(
+        () => json(stack.api(`/v1/deliveries/${id}`)),
+        (d) => d.status === 'delivered',
+      );
+      const attempt = await eventually(
+        async () => lines.find((l) => l.msg === 'delivery attempt' && l.jobId === id),
+        (l) => l !== undefined,
+      );
+      expect(attempt).toMatchObject({
+        requestId: rid,
+        workflowId: `delivery-${id}`,
+        activity: 'attemptDelivery',
+        outcome: 'delivered',
+      });
+      // The workflow's own log line carries the request id too (the workflow interceptor's log attributes).
+      const finished = await eventually(
+        async () =>
+          lines.find(
+            (l) => l.message === 'delivery finished' || (l.msg === 'delivery finished' && l.jobId === id),
+          ),
+        (l) => l !== undefined,
+      );
+      expect(finished).toMatchObject({
+        requestId: rid,
+        workflowId: `delivery-${id}`,
+        status: 'delivered',
+      });
+      const http = lines.find((l) => (l.req as { id?: string } | undefined)?.id === rid);
+      expect(http).toBeDefined();
+      const text = JSON.stringify(lines);
+      expect(text).not.toContain('cred-never-logged');
+      expect(text).not.toContain('tok-never-logged');
+      expect(text).not.toContain(stack.apiKey);
+    } finally {
+      await own?.close();
+    }
+  },
+);
 
 it("a registration's request id reaches its workflow's activities", async () => {
   agent.setState('rt-rid', 'TASK_STATE_WORKING');
-  const res = await stack.api('/v1/registrations', {
+  const res = await shared.api('/v1/registrations', {
     method: 'POST',
     json: {
       mode: 'separate',
@@ -112,7 +130,7 @@ it("a registration's request id reaches its workflow's activities", async () => 
   expect(res.status).toBe(201);
   const reg = (await res.json()) as { id: string };
   await eventually(
-    () => json(stack.api(`/v1/registrations/${reg.id}`)),
+    () => json(shared.api(`/v1/registrations/${reg.id}`)),
     (r) => r.remoteState === 'TASK_STATE_WORKING',
   );
   const done = await eventually(

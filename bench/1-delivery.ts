@@ -372,8 +372,12 @@ export const deliveryBenchmark: Benchmark = {
     const receiver = ctx.receiver;
     // Ours under both orders, each on a fresh database with processes of its own: per_config (the
     // default) is the one judged against the target; none is printed beside it.
-    const ourRun = async (order: DeliveryOrder) => {
-      ctx.log(`ours, DELIVERY_ORDER=${order}: ${n} events over 100 tasks, 1 worker process`);
+    const ourRun = async (order: DeliveryOrder, more: Record<string, string> = {}) => {
+      ctx.log(
+        `ours, DELIVERY_ORDER=${order}${Object.entries(more)
+          .map(([k, v]) => ` ${k}=${v}`)
+          .join('')}: ${n} events over 100 tasks, 1 worker process`,
+      );
       return runDeliveryThroughput({
         temporalAddress: temporal.address,
         n,
@@ -382,11 +386,15 @@ export const deliveryBenchmark: Benchmark = {
         serverPid: temporal.pid,
         // The whole stack's CPU: the run's Postgres serves ours alone while it runs.
         cpuOf: { postgres: () => postgresCpuSeconds(ctx.pgDir) },
-        env: { DELIVERY_ORDER: order },
+        env: { DELIVERY_ORDER: order, ...more },
       });
     };
     const ours = await ourRun('per_config');
     const unordered = await ourRun('none');
+    // A diagnostic beside them (no target): every config here is at one receiver, one target, so most
+    // deliveries of a burst wait once in the host's line (OUTBOUND_HOST_CONCURRENCY, 8). With the bound
+    // out of the way, what the pipeline itself does.
+    const unbound = await ourRun('none', { OUTBOUND_HOST_CONCURRENCY: '10000' });
     ctx.log('baseline (a): bare workflow');
     const bare = await startBareWorker(temporal.address, receiver);
     let a;
@@ -503,6 +511,18 @@ export const deliveryBenchmark: Benchmark = {
         figure('ours (per_config) api CPU (0: in the worker, layout combined)', ours.cpu.api, 'cores'),
         figure('ours (per_config) arrivals out of order', ours.order.outOfOrder, 'POSTs'),
         figure('ours (none) arrivals out of order', unordered.order.outOfOrder, 'POSTs'),
+        figure(
+          'diagnostic: ours (none, OUTBOUND_HOST_CONCURRENCY=10000) deliveries/s',
+          unbound.deliveriesPerSec,
+          '/s',
+          { label: '(a) bare workflow', value: a.deliveriesPerSec },
+        ),
+        figure(
+          'diagnostic: ours (none, OUTBOUND_HOST_CONCURRENCY=10000) CPU per delivery, whole stack',
+          unbound.cpuMsPerDelivery,
+          'ms',
+          { label: '(a) worker + server', value: a.cpuMsPerDelivery },
+        ),
       ],
       chart: [
         tp('ours (per_config)', ours.deliveriesPerSec),
@@ -520,14 +540,14 @@ export const deliveryBenchmark: Benchmark = {
         `ours (per_config), p50 per stage (ms): ${JSON.stringify(ours.stages ?? {})}`,
         `ours (none), p50 per stage (ms): ${JSON.stringify(unordered.stages ?? {})}`,
         `${n} events over 100 tasks (one config each, ${n / 100} events per config), 32 event writes in flight; (a) 32 starts in flight; (b), (c) 32 sends in flight from one process.`,
-        'ours runs twice, each on a fresh database with api and worker processes of its own: DELIVERY_ORDER=per_config (the default; judged against the target), then none; then (a), (b), (c).',
+        'ours runs three times, each on a fresh database with api and worker processes of its own: DELIVERY_ORDER=per_config (the default; judged against the target), then none, then none with OUTBOUND_HOST_CONCURRENCY=10000 (a diagnostic: what the host bound costs when every config is at one target); then (a), (b), (c).',
         `receiver, by X-A2A-Push-Sequence: per_config ${orderNote(ours.order)}; none ${orderNote(unordered.order)}.`,
         '(b) and (c) send once and keep nothing durable: they are the ceiling of one process posting, not a like-for-like sender.',
         `(b) latency p99 ${b.latencyMs.p99} ms, (c) p99 ${c.latencyMs.p99} ms.`,
-        `host slot waits (OUTBOUND_HOST_CONCURRENCY): per_config ${ours.slotWaits}, none ${unordered.slotWaits}.`,
+        `host slot waits (OUTBOUND_HOST_CONCURRENCY): per_config ${ours.slotWaits}, none ${unordered.slotWaits}, none with the bound raised ${unbound.slotWaits}.`,
         `ours: ${ours.writeRefusals} (per_config) and ${unordered.writeRefusals} (none) event writes answered 503 and retried after their Retry-After.`,
       ],
-      details: { ours, oursNone: unordered, a, b, c },
+      details: { ours, oursNone: unordered, oursUnbound: unbound, a, b, c },
     };
   },
 };

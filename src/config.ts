@@ -46,6 +46,36 @@ const cidrs = z
     }
   });
 
+/**
+ * OUTBOUND_HOST_CONCURRENCY_BY_TARGET: `target=n` pairs, comma-separated; a target is a host name or
+ * literal address plus port, as the host bound counts it (`hooks.example.com:443`, `[::1]:8443`).
+ */
+export function parseTargetBounds(v: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const part of v
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean)) {
+    const m = /^(\[[0-9a-fA-F:.]+\]|[^\s=:[\]]+):(\d{1,5})=(\d+)$/.exec(part);
+    const n = m ? Number(m[3]) : NaN;
+    if (!m || Number(m[2]) > 65535 || !Number.isInteger(n) || n < 1 || n > 10_000)
+      throw new Error(`"${part}" is not host:port=N (N from 1 to 10000)`);
+    out.set(`${m[1]!.toLowerCase()}:${Number(m[2])}`, n);
+  }
+  return out;
+}
+
+const targetBounds = z
+  .string()
+  .default('')
+  .superRefine((v, ctx) => {
+    try {
+      parseTargetBounds(v);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    }
+  });
+
 const url = (what: string) =>
   optionalString.superRefine((v, ctx) => {
     if (v === undefined) return;
@@ -129,6 +159,8 @@ export const settingsSchema = z
     EAGER_START: z.enum(['on', 'off']).default('on'),
     // Calls to one target (host or address, plus port) on the wire at once, across all workers.
     OUTBOUND_HOST_CONCURRENCY: int(8, 1, 10_000),
+    // Per-target bounds in place of OUTBOUND_HOST_CONCURRENCY (a known receiver that takes more, or less).
+    OUTBOUND_HOST_CONCURRENCY_BY_TARGET: targetBounds,
     // Activity slots of the slow lane: attempts to targets that recently timed out, refused or were slow.
     SLOW_LANE_CONCURRENCY: int(50, 1, 10_000),
     CONFIG_FAILING_AFTER: duration('5d', 1000),

@@ -21,7 +21,7 @@ import { USER_AGENT } from '../version';
 import { hostOf } from '../ids';
 import { targetOf, type CallHealth, type HostSlots } from '../db/slots';
 import { lineAfter, lineJobOf, ON_WIRE_LIMIT_MS, unfinishedJobsOf, type LineRow } from '../db/outbox';
-import { heldBy, nextInLine, recheckMs, type LineJob } from '../delivery/order';
+import { heldBy, nextInLine, recheckMs } from '../delivery/order';
 
 /** Workflow time and a sample of the workflow's deterministic random: every decision is in Temporal time. */
 export interface AttemptInput {
@@ -216,15 +216,9 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
   };
 
   /**
-   * The next job of an ordered job's line, read by the statement that recorded its end (the activity
-   * wakes it once the job has ended); kept beside the answer, never in it (answers go into history).
-   */
-  const lineRead = new WeakMap<AttemptOutput, LineJob[]>();
-
-  /**
    * Records attempt n's outcome on its row and the job (outbox_attempt_end, migration 014), in one
    * round trip with what goes with it: `release`, the attempt's host slot given back first (with the
-   * call's health for the slow lane), and for an ordered job that ends, the next job of its line.
+   * call's health for the slow lane).
    */
   async function recordOutcome(
     input: AttemptInput,
@@ -245,20 +239,17 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       } else status = step.kind;
     }
     const final = isFinished(status);
-    const [capacity, , slotWaitMs, grantMs, suspectMs] = deps.slots.params();
+    const [capacity, , slotWaitMs, grantMs, suspectMs] = deps.slots.params(release?.target);
     type Ended = {
       o_updated: JobStatus | null;
       o_cur_status: JobStatus;
       o_cur_attempts: number;
       o_granted: string[];
-      o_next_id: string | null;
-      o_next_seq: string | null;
-      o_next_status: JobStatus | null;
     };
     const write = async (q: Db | Tx) => {
       const r = await q.query<Ended>(
-        `SELECT * FROM outbox_attempt_end($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
-                                          $15, $16, $17, $18, $19, $20, $21)`,
+        `SELECT * FROM outbox_attempt_end($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+                                          $14, $15, $16, $17, $18, $19, $20)`,
         [
           input.jobId,
           n,
@@ -273,7 +264,6 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
           waitMs ?? null,
           input.now,
           ctx.config_row_id,
-          ctx.ordered && final,
           release?.target ?? null,
           holderOf(input.jobId, n),
           release?.health ?? 'neutral',
@@ -287,34 +277,17 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       wakeLater(row.o_granted);
       return row;
     };
-    const answer = (row: Ended): AttemptOutput => {
-      const out: AttemptOutput =
-        row.o_updated === null
-          ? { status: row.o_cur_status, attempts: row.o_cur_attempts, outcome: c.outcome }
-          : {
-              status,
-              attempts: n,
-              outcome: c.outcome,
-              ...(c.reason !== null ? { reason: c.reason } : {}),
-              ...(c.httpStatus !== undefined ? { httpStatus: c.httpStatus } : {}),
-              ...(waitMs !== undefined ? { waitMs } : {}),
-            };
-      if (ctx.ordered && final)
-        lineRead.set(
-          out,
-          row.o_next_id === null
-            ? []
-            : [
-                {
-                  id: row.o_next_id,
-                  seq: BigInt(row.o_next_seq!),
-                  status: row.o_next_status!,
-                  openAttempt: false,
-                },
-              ],
-        );
-      return out;
-    };
+    const answer = (row: Ended): AttemptOutput =>
+      row.o_updated === null
+        ? { status: row.o_cur_status, attempts: row.o_cur_attempts, outcome: c.outcome }
+        : {
+            status,
+            attempts: n,
+            outcome: c.outcome,
+            ...(c.reason !== null ? { reason: c.reason } : {}),
+            ...(c.httpStatus !== undefined ? { httpStatus: c.httpStatus } : {}),
+            ...(waitMs !== undefined ? { waitMs } : {}),
+          };
     const { configStatus } = c;
     if (!configStatus) return answer(await write(db));
     // The answer pauses or stops the config: that, and its audit row, in the same transaction.
@@ -435,8 +408,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       if (out.outcome === undefined) await leaveTarget(input, ctx.url);
       if (endedUndelivered(out.status, out.attempts)) await checkConfigHealth(ctx, input.jobId, input.now);
     }
-    if (out.waitMs === undefined && isFinished(out.status) && ctx.ordered)
-      await wakeLine(ctx, out.status, lineRead.get(out));
+    if (out.waitMs === undefined && isFinished(out.status) && ctx.ordered) await wakeLine(ctx, out.status);
     return { ...out, maxAttempts: deps.retry.maxAttempts };
   }
 
@@ -445,13 +417,14 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
    * starts now. When the config itself ended (deleted, paused, stopped), its whole waiting line is
    * woken to end without attempts. A lost wake is repaired by the waiters' own rechecks.
    */
-  async function wakeLine(ctx: Context, status: JobStatus, read?: LineJob[]): Promise<void> {
+  async function wakeLine(ctx: Context, status: JobStatus): Promise<void> {
     if (['cancelled', 'auth_failed', 'stopped'].includes(status)) {
       wakeLater(await unfinishedJobsOf(db, ctx.config_row_id));
       return;
     }
-    // Read with the job's end when an attempt ended it (outbox_attempt_end); else asked now.
-    const next = nextInLine(BigInt(ctx.seq), read ?? (await lineAfter(db, ctx.config_row_id, ctx.seq)));
+    // Read after the job's end committed: a job that joined the line and saw this one unfinished just
+    // before the commit is seen only by a read after it.
+    const next = nextInLine(BigInt(ctx.seq), await lineAfter(db, ctx.config_row_id, ctx.seq));
     if (next) wakeLater([next.id]);
   }
 
@@ -552,7 +525,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     // A slot at the target, and only with it the attempt's start, in one statement (outbox_attempt_begin):
     // a call that finds its target full uses no attempt.
     const target = verdict.ok ? targetOf(ctx.url) : undefined;
-    const [capacity, leaseMs, slotWaitMs, grantMs, suspectMs] = deps.slots.params();
+    const [capacity, leaseMs, slotWaitMs, grantMs, suspectMs] = deps.slots.params(target);
     const begun = await db.query<{
       o_started: boolean;
       o_acquired: boolean;

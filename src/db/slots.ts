@@ -10,6 +10,8 @@ import type { Db, Tx } from './pool';
 export interface SlotSettings {
   /** OUTBOUND_HOST_CONCURRENCY */
   capacity: number;
+  /** OUTBOUND_HOST_CONCURRENCY_BY_TARGET: targets whose bound is not `capacity`. */
+  byTarget?: ReadonlyMap<string, number>;
   /** A slot's lease: renewed while its call runs; what a killed worker's slot is held at most. */
   leaseMs: number;
   /** How long a place in line is kept without its waiter coming back. */
@@ -78,7 +80,7 @@ export class HostSlots {
         target,
         holder,
         tenantId,
-        this.settings.capacity,
+        this.capacityOf(target),
         this.settings.leaseMs,
         this.settings.waitMs,
         refuseSuspect,
@@ -106,9 +108,14 @@ export class HostSlots {
    * The settings outbox_attempt_begin/end pass on to outbound_acquire/release, in their order:
    * capacity, lease, wait in line, grant, slow-lane mark (ms).
    */
-  params(): [number, number, number, number, number] {
+  params(target: string | undefined): [number, number, number, number, number] {
     const s = this.settings;
-    return [s.capacity, s.leaseMs, s.waitMs, s.grantMs, s.suspectMs];
+    return [target ? this.capacityOf(target) : s.capacity, s.leaseMs, s.waitMs, s.grantMs, s.suspectMs];
+  }
+
+  /** The bound of one target: its own (OUTBOUND_HOST_CONCURRENCY_BY_TARGET), else the default. */
+  capacityOf(target: string): number {
+    return this.settings.byTarget?.get(target) ?? this.settings.capacity;
   }
 
   /** Gives the slot (or the place in line) back; answers the holders granted the freed room. */
@@ -123,7 +130,7 @@ export class HostSlots {
       [
         target,
         holder,
-        this.settings.capacity,
+        this.capacityOf(target),
         this.settings.grantMs,
         health,
         this.settings.suspectMs,
@@ -150,7 +157,7 @@ export class HostSlots {
       [
         target,
         holder,
-        this.settings.capacity,
+        this.capacityOf(target),
         this.settings.grantMs,
         health,
         this.settings.suspectMs,

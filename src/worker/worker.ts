@@ -16,7 +16,7 @@ import { temporalWorkerTracing } from '../tracing';
 import express from 'express';
 import { createDeliveryActivities } from '../activities/delivery';
 import { createRegistrationActivities } from '../activities/registration';
-import { requireSettings } from '../config';
+import { parseTargetBounds, requireSettings } from '../config';
 import { opsRoutes } from '../api/app';
 import { createRegistry } from '../metrics';
 import type { OutboundClient } from '../outbound';
@@ -62,7 +62,11 @@ export const slowLaneOf = (taskQueue: string) => `${taskQueue}-slow`;
 
 export function activitiesFor(rt: Runtime, httpClient: OutboundClient, client: Client) {
   const s = requireSettings(rt.settings, ['PUBLIC_BASE_URL']);
-  const slots = new HostSlots(rt.db, { ...DEFAULT_SLOT_SETTINGS, capacity: s.OUTBOUND_HOST_CONCURRENCY });
+  const slots = new HostSlots(rt.db, {
+    ...DEFAULT_SLOT_SETTINGS,
+    capacity: s.OUTBOUND_HOST_CONCURRENCY,
+    byTarget: parseTargetBounds(s.OUTBOUND_HOST_CONCURRENCY_BY_TARGET),
+  });
   // Slots are held by delivery attempts (`<jobId>:<n>`) and agent calls (`reg:<id>`): only jobs have a
   // workflow to wake.
   const wake = (holders: string[]) =>

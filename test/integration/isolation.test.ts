@@ -22,6 +22,8 @@ let temporal: Awaited<ReturnType<typeof connectDevServer>>;
 let stack: Stack;
 let held: Receiver;
 let healthy: Receiver;
+/** A target with a bound of its own (OUTBOUND_HOST_CONCURRENCY_BY_TARGET), above the default. */
+let wide: Receiver;
 let release: () => void = () => undefined;
 const queue = `isolation-it-${crypto.randomBytes(4).toString('hex')}`;
 
@@ -35,9 +37,11 @@ beforeAll(async () => {
   temporal = await connectDevServer();
   held = await startReceiver();
   healthy = await startReceiver();
+  wide = await startReceiver();
   stack = await startStack(temporal, queue, {
     env: {
       OUTBOUND_HOST_CONCURRENCY: '2',
+      OUTBOUND_HOST_CONCURRENCY_BY_TARGET: `127.0.0.1:${wide.port}=4`,
       OUTBOX_BOUND_PER_CONFIG: '1',
       RETRY_INITIAL: '1s',
       RETRY_MAX: '2s',
@@ -49,14 +53,15 @@ afterAll(async () => {
   await stack?.close();
   await held?.close();
   await healthy?.close();
+  await wide?.close();
   await temporal?.close();
 });
 
-const waiters = async () =>
+const waiters = async (port = held.port) =>
   (
     await stack.tdb.db.query<{ holder: string }>(
       'SELECT holder FROM outbound_waiters WHERE target = $1 ORDER BY seq',
-      [`127.0.0.1:${held.port}`],
+      [`127.0.0.1:${port}`],
     )
   ).rows.map((r) => r.holder.split(':')[0]!);
 
@@ -74,6 +79,29 @@ async function eventTo(taskId: string, configId: string, url: string): Promise<s
 }
 
 describe('host isolation (bound 2, dev server)', () => {
+  it('a target with a bound of its own (OUTBOUND_HOST_CONCURRENCY_BY_TARGET) takes that many calls at once, and the next waits', async () => {
+    let open: () => void = () => undefined;
+    const gate = new Promise<void>((r) => (open = r));
+    wide.setScript(() => ({ status: 200, gate }));
+    const jobs: string[] = [];
+    for (let i = 0; i < 5; i++) jobs.push(await eventTo(`iso-wide-${i}`, 'c', wide.url));
+    await wide.waitFor(4, 20_000);
+    const inLine = await eventually(
+      () => waiters(wide.port),
+      (w) => w.length === 1,
+    );
+    expect(wide.requests).toHaveLength(4);
+    expect(jobs).toContain(inLine[0]);
+    open();
+    for (const id of jobs)
+      await eventually(
+        () => jobRow(stack, id),
+        (j) => j.status === 'delivered',
+        30_000,
+      );
+    expect(wide.requests).toHaveLength(5);
+  });
+
   it('calls past the bound wait in line with no attempt used, a healthy target is served meanwhile, and a freed slot starts the next at once', async () => {
     holdRequests();
     const before = held.requests.length;

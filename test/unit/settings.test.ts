@@ -1,4 +1,5 @@
-import { loadSettings, parseDuration, SETTING_NAMES } from '../../src/config';
+import { loadSettings, parseDuration, parseTargetBounds, SETTING_NAMES } from '../../src/config';
+import { targetOf } from '../../src/db/slots';
 import { OTEL_SETTING_NAMES, tracingRequested } from '../../src/tracing';
 
 describe('settings', () => {
@@ -87,5 +88,36 @@ describe('settings', () => {
     expect(tracingRequested({ OTEL_SERVICE_NAME: 'x', OTEL_TRACES_EXPORTER: 'none' })).toBe(false);
     // Every name that turns it on is one the schema checks.
     for (const n of OTEL_SETTING_NAMES) expect(SETTING_NAMES).toContain(n);
+  });
+});
+
+describe('OUTBOUND_HOST_CONCURRENCY_BY_TARGET', () => {
+  it('reads target=N pairs, host names lowercased, IPv6 in brackets, ports as numbers', () => {
+    expect(parseTargetBounds(' Hooks.Example.com:443=64, [::1]:08443=2 ,,10.0.0.5:80=1')).toEqual(
+      new Map([
+        ['hooks.example.com:443', 64],
+        ['[::1]:8443', 2],
+        ['10.0.0.5:80', 1],
+      ]),
+    );
+    expect(parseTargetBounds('')).toEqual(new Map());
+  });
+  it.each([
+    'hooks.example.com=4',
+    'hooks.example.com:443',
+    'hooks.example.com:443=0',
+    'a:70000=2',
+    'a:1=10001',
+    'a b:1=2',
+  ])('refuses %j, naming the setting', (v) => {
+    expect(() => parseTargetBounds(v)).toThrow('host:port=N');
+    expect(() => loadSettings({ OUTBOUND_HOST_CONCURRENCY_BY_TARGET: v })).toThrow(
+      'OUTBOUND_HOST_CONCURRENCY_BY_TARGET',
+    );
+  });
+  it('matches what the host bound counts as a target', () => {
+    const bounds = parseTargetBounds('hooks.example.com:443=64,[::1]:8443=2');
+    expect(bounds.get(targetOf('https://HOOKS.example.com/a2a'))).toBe(64);
+    expect(bounds.get(targetOf('https://[::1]:8443/x'))).toBe(2);
   });
 });

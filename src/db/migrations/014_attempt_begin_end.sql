@@ -2,9 +2,10 @@
 -- outbox_attempt_begin takes the target's host slot (outbound_acquire) and, when it got one, starts the
 -- attempt (the job in_flight, config health's clock, the attempt's row) in the same statement; a job no
 -- longer startable gives the slot back at once. outbox_attempt_end gives the slot back first (same lock
--- order as the begin: the target, then the job), records the attempt's outcome on the attempt and the
--- job (what the activity's recordOutcome statement did), and for an ordered job that ended, reads the next
--- job of its config's line (what lineAfter read in a round trip of its own).
+-- order as the begin: the target, then the job) and records the attempt's outcome on the attempt and the
+-- job (what the activity's recordOutcome statement did). The next job of an ordered line is read after
+-- this commits (lineAfter), not in here: a job that joined the line and found this one unfinished just
+-- before the commit is only seen by a read after it.
 
 CREATE FUNCTION outbox_attempt_begin(
   p_job uuid, p_n integer, p_now_ms bigint, p_config bigint, p_early boolean,
@@ -46,15 +47,12 @@ END $$;
 CREATE FUNCTION outbox_attempt_end(
   p_job uuid, p_n integer, p_duration_ms integer, p_outcome text, p_http_status integer, p_error text,
   p_retry_after_ms bigint, p_status text, p_reason text, p_final boolean, p_wait_ms bigint,
-  p_now_ms bigint, p_config bigint, p_next_in_line boolean,
+  p_now_ms bigint, p_config bigint,
   p_target text, p_holder text, p_health text,
   p_capacity integer, p_grant_ms double precision, p_suspect_ms double precision,
   p_slot_wait_ms double precision,
-  OUT o_updated text, OUT o_cur_status text, OUT o_cur_attempts integer, OUT o_granted text[],
-  OUT o_next_id uuid, OUT o_next_seq bigint, OUT o_next_status text)
+  OUT o_updated text, OUT o_cur_status text, OUT o_cur_attempts integer, OUT o_granted text[])
 LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  v_seq bigint;
 BEGIN
   o_granted := '{}';
   IF p_target IS NOT NULL THEN
@@ -78,10 +76,10 @@ BEGIN
    WHERE id = p_job
      AND CASE WHEN p_status = 'delivered' THEN status <> 'delivered'
               ELSE status = 'in_flight' AND attempt_count = p_n END
-  RETURNING status, attempt_count, seq INTO o_updated, o_cur_attempts, v_seq;
+  RETURNING status, attempt_count INTO o_updated, o_cur_attempts;
   IF o_updated IS NULL THEN
     -- Nothing changed: the job as it is.
-    SELECT status, attempt_count, seq INTO o_cur_status, o_cur_attempts, v_seq FROM delivery_jobs WHERE id = p_job;
+    SELECT status, attempt_count INTO o_cur_status, o_cur_attempts FROM delivery_jobs WHERE id = p_job;
   ELSE
     o_cur_status := o_updated;
     -- A 2xx resets config health's clock (moved at most once a minute per config).
@@ -90,12 +88,5 @@ BEGIN
        WHERE row_id = p_config
          AND (health_since IS NULL OR health_since < to_timestamp(p_now_ms / 1000.0) - interval '1 minute');
     END IF;
-  END IF;
-  -- The next job of an ordered job's line (src/db/outbox.ts: lineAfter), for the caller to wake.
-  IF p_next_in_line AND v_seq IS NOT NULL THEN
-    SELECT j.id, j.seq, j.status INTO o_next_id, o_next_seq, o_next_status FROM delivery_jobs j
-     WHERE j.config_row_id = p_config AND j.seq > v_seq AND j.ordered
-       AND j.status IN ('queued', 'in_flight', 'waiting_retry')
-     ORDER BY j.seq LIMIT 1;
   END IF;
 END $$;

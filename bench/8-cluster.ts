@@ -14,7 +14,12 @@
 import path from 'node:path';
 import { ensureClusterBinaries, freePortBlock, startCluster, type Cluster } from '../scripts/cluster/cluster';
 import { clusterPostgres } from '../scripts/cluster/postgres';
-import { runDeliveryThroughput, type DeliveryThroughputResult } from './1-delivery';
+import {
+  runBareThroughput,
+  runDeliveryThroughput,
+  startBareWorker,
+  type DeliveryThroughputResult,
+} from './1-delivery';
 import type { Benchmark, BenchContext } from './lib/context';
 import { figure, type BenchResult, type ChartRow, type Figure } from './lib/report';
 import { freshDatabase } from './lib/stack';
@@ -122,6 +127,8 @@ export const clusterBenchmark: Benchmark = {
       throw new Error('BENCH_CLUSTER_WORKERS: worker counts ≥ 1; BENCH_CLUSTER_ROUNDS ≥ 1');
 
     const rows: ClusterRow[] = [];
+    // The bare workflow (one POSTing activity, benchmark 1's baseline (a)) on each server, after ours.
+    const bare = new Map<string, number>();
     if (kinds.some((k) => k !== 'dev')) ensureClusterBinaries({ log: ctx.log });
     for (const kind of kinds) {
       const srv = await startServer(ctx, kind);
@@ -168,6 +175,14 @@ export const clusterBenchmark: Benchmark = {
               `${row.deliveriesPerSec}/s; cores worker ${cores.workers} api ${cores.api} server ${cores.server} postgres ${cores.postgres}; machine ${row.machineBusyPct}% busy; ${row.duplicates} duplicates`,
             );
           }
+        ctx.log(`${srv.kind}: the bare workflow, ${n} starts`);
+        const bw = await startBareWorker(srv.address, ctx.receiver, srv.namespace);
+        try {
+          bare.set(srv.kind, (await runBareThroughput(bw, ctx.receiver, n)).deliveriesPerSec);
+        } finally {
+          await bw.stop();
+          ctx.receiver.reset();
+        }
       } finally {
         await srv.stop();
       }
@@ -180,6 +195,24 @@ export const clusterBenchmark: Benchmark = {
     };
     const figures: Figure[] = [];
     const chart: ChartRow[] = [];
+    // Issue 21's targets, ours (1 worker) ÷ the bare workflow on the same server: ≥ 1.5 on the dev
+    // server, ≥ 1.3 on the 4-shard cluster; the other rows are printed beside them.
+    const bareTarget: Record<string, number> = { dev: 1.5, s4: 1.3 };
+    for (const r of rows.filter((x) => x.workers === 1 && bare.has(x.kind))) {
+      const b = bare.get(r.kind)!;
+      const t = bareTarget[r.kind];
+      figures.push(
+        figure(
+          `${name(r)} deliveries/s`,
+          r.deliveriesPerSec,
+          '/s',
+          { label: 'bare workflow, same server', value: b },
+          t !== undefined
+            ? { text: `≥ ${t} × bare (issue 21)`, met: r.deliveriesPerSec >= t * b }
+            : undefined,
+        ),
+      );
+    }
     for (const r of rows) {
       const dev = rows.find((d) => d.kind === 'dev' && d.workers === r.workers && d.round === r.round);
       const base =
@@ -218,6 +251,7 @@ export const clusterBenchmark: Benchmark = {
         `${n} events over 100 tasks (one config each), 32 event writes in flight, as in benchmark 1; every row has fresh api and worker processes and a fresh service database on the run's Postgres.`,
         "The clusters are Temporal server (built from its Go module), each over an embedded Postgres of its own (fsync on), one at a time: a cluster runs only during its own rows; 'Postgres cores' is its Postgres's CPU (the dev server keeps SQLite in its own process). The run's dev server stays up, idle, during the cluster rows.",
         'per core-second: deliveries/s over the cores of workers + api + Temporal server + its Postgres.',
+        `bare workflow on each server (deliveries/s): ${[...bare].map(([k, v]) => `${k} ${v}`).join(', ')}.`,
         `duplicates (POSTs beyond the first per event): ${rows.map((r) => r.duplicates).reduce((a, b) => a + b, 0)} in all.`,
         ...table,
       ],

@@ -154,9 +154,10 @@ export const settingsSchema = z
     // The workflow type new deliveries start as (issue 21): classic (an activity per attempt) or lean (the
     // fast-lane attempt as a local activity). Runs already started finish as the type they started as.
     DELIVERY_WORKFLOW: z.enum(['classic', 'lean']).default('classic'),
-    // Where the api runs in one process with a worker (npm start; `main.ts api,worker`): its dispatcher
-    // starts delivery workflows eagerly, handing the first workflow task straight to that worker.
-    EAGER_START: z.enum(['on', 'off']).default('on'),
+    // Where the api runs in one process with a worker (npm start; `main.ts api,worker`), `on` makes its
+    // dispatcher start delivery workflows eagerly, handing the first workflow task straight to that
+    // worker. Off by default: no gain measured beyond noise, and it skips the queue where fairness acts.
+    EAGER_START: z.enum(['on', 'off']).default('off'),
     // Calls to one target (host or address, plus port) on the wire at once, across all workers.
     OUTBOUND_HOST_CONCURRENCY: int(8, 1, 10_000),
     // Per-target bounds in place of OUTBOUND_HOST_CONCURRENCY (a known receiver that takes more, or less).

@@ -69,7 +69,7 @@ async function main() {
 
   const worker = await startWorker(rt);
   services.push(worker);
-  // Beside the worker: the api's dispatcher starts deliveries eagerly on the worker's connection.
+  // Beside the worker: with EAGER_START=on the api's dispatcher starts deliveries eagerly on its connection.
   const api = await startApi(rt, worker);
   services.unshift(api);
   const inbox = await startInbox(rt);

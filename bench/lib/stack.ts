@@ -124,7 +124,8 @@ export function takeDeliveryOrders(): string[] {
 /**
  * How the service processes are laid out (issue 21): `split`, one process per role (the default, as
  * production runs it with `main.ts api|inbox|worker`), or `combined`, the api and the first worker in
- * one process (`main.ts api,worker`), whose dispatcher starts workflows eagerly (EAGER_START).
+ * one process (`main.ts api,worker`), whose dispatcher starts workflows eagerly (EAGER_START=on
+ * unless the run's env says otherwise).
  * `BENCH_LAYOUT` picks it for the whole suite.
  */
 export type Layout = 'split' | 'combined';
@@ -226,7 +227,11 @@ export async function startServices(o: {
     const workers: ServiceProc[] = [];
     const combinedPort = combined ? await freePort() : 0;
     const api = combined
-      ? spawnService('api,worker', { ...base, WORKER_PORT: String(combinedPort) }, log('api-worker0'))
+      ? spawnService(
+          'api,worker',
+          { EAGER_START: 'on', ...base, WORKER_PORT: String(combinedPort) },
+          log('api-worker0'),
+        )
       : spawnService('api', base, log('api'));
     const apiProc: ServiceProc = {
       kind: combined ? 'api,worker' : 'api',

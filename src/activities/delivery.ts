@@ -239,7 +239,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       } else status = step.kind;
     }
     const final = isFinished(status);
-    const [capacity, , slotWaitMs, grantMs, suspectMs] = deps.slots.params(release?.target);
+    const slotSettings = deps.slots.settings;
     type Ended = {
       o_updated: JobStatus | null;
       o_cur_status: JobStatus;
@@ -267,10 +267,10 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
           release?.target ?? null,
           holderOf(input.jobId, n),
           release?.health ?? 'neutral',
-          capacity,
-          grantMs,
-          suspectMs,
-          slotWaitMs,
+          release ? deps.slots.capacityOf(release.target) : slotSettings.capacity,
+          slotSettings.grantMs,
+          slotSettings.suspectMs,
+          slotSettings.waitMs,
         ],
       );
       const row = r.rows[0]!;
@@ -299,19 +299,22 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
           WHERE row_id = $1 AND status = 'active' AND deleted_at IS NULL`,
         [ctx.config_row_id, configStatus, c.reason],
       );
-      if (cu.rowCount)
-        await audit(tx, {
-          tenantId: ctx.tenant_id,
-          actor: 'system',
-          action: 'push_config.status_changed',
-          objectType: 'push_config',
-          objectId: `${ctx.task_id}/${ctx.config_id}`,
-          before: 'active',
-          after: `${configStatus} (${c.reason ?? ''})`,
-        });
+      if (cu.rowCount) await auditConfigStopped(tx, ctx, `${configStatus} (${c.reason ?? ''})`);
       return answer(row);
     });
   }
+
+  /** The audit row of a config the service itself took out of `active` (paused, stopped, failing). */
+  const auditConfigStopped = (tx: Tx, ctx: Context, after: string) =>
+    audit(tx, {
+      tenantId: ctx.tenant_id,
+      actor: 'system',
+      action: 'push_config.status_changed',
+      objectType: 'push_config',
+      objectId: `${ctx.task_id}/${ctx.config_id}`,
+      before: 'active',
+      after,
+    });
 
   /** Wakes workflows; a lost wake is repaired by their own timers. */
   function wakeLater(jobIds: string[]): void {
@@ -365,15 +368,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
         [ctx.config_row_id, now, deps.failingAfterMs],
       );
       if (!r.rowCount) return false;
-      await audit(tx, {
-        tenantId: ctx.tenant_id,
-        actor: 'system',
-        action: 'push_config.status_changed',
-        objectType: 'push_config',
-        objectId: `${ctx.task_id}/${ctx.config_id}`,
-        before: 'active',
-        after: 'stopped (failing)',
-      });
+      await auditConfigStopped(tx, ctx, 'stopped (failing)');
       return true;
     });
     if (!stopped) return;
@@ -525,7 +520,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     // A slot at the target, and only with it the attempt's start, in one statement (outbox_attempt_begin):
     // a call that finds its target full uses no attempt.
     const target = verdict.ok ? targetOf(ctx.url) : undefined;
-    const [capacity, leaseMs, slotWaitMs, grantMs, suspectMs] = deps.slots.params(target);
+    const slotSettings = deps.slots.settings;
     const begun = await db.query<{
       o_started: boolean;
       o_acquired: boolean;
@@ -541,11 +536,11 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       holderOf(input.jobId, n),
       ctx.tenant_id,
       input.lane === 'fast',
-      capacity,
-      leaseMs,
-      slotWaitMs,
-      grantMs,
-      suspectMs,
+      target ? deps.slots.capacityOf(target) : slotSettings.capacity,
+      slotSettings.leaseMs,
+      slotSettings.waitMs,
+      slotSettings.grantMs,
+      slotSettings.suspectMs,
     ]);
     const b = begun.rows[0]!;
     wakeLater(b.o_granted);

@@ -104,15 +104,6 @@ export class HostSlots {
     return { acquired: row.o_acquired, suspect: row.o_suspect, granted: row.o_granted };
   }
 
-  /**
-   * The settings outbox_attempt_begin/end pass on to outbound_acquire/release, in their order:
-   * capacity, lease, wait in line, grant, slow-lane mark (ms).
-   */
-  params(target: string | undefined): [number, number, number, number, number] {
-    const s = this.settings;
-    return [target ? this.capacityOf(target) : s.capacity, s.leaseMs, s.waitMs, s.grantMs, s.suspectMs];
-  }
-
   /** The bound of one target: its own (OUTBOUND_HOST_CONCURRENCY_BY_TARGET), else the default. */
   capacityOf(target: string): number {
     return this.settings.byTarget?.get(target) ?? this.settings.capacity;

@@ -35,16 +35,20 @@ const optionalString = z
   .optional()
   .transform((v) => (v === undefined || v === '' ? undefined : v));
 
-const cidrs = z
-  .string()
-  .default('')
-  .superRefine((v, ctx) => {
-    try {
-      parseCidrList(v);
-    } catch (err) {
-      ctx.addIssue({ code: 'custom', message: (err as Error).message });
-    }
-  });
+/** A list setting (empty by default) that `parse` must accept: its error message names what is wrong. */
+const parsedList = (parse: (v: string) => unknown) =>
+  z
+    .string()
+    .default('')
+    .superRefine((v, ctx) => {
+      try {
+        parse(v);
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', message: (err as Error).message });
+      }
+    });
+
+const cidrs = parsedList(parseCidrList);
 
 /**
  * OUTBOUND_HOST_CONCURRENCY_BY_TARGET: `target=n` pairs, comma-separated; a target is a host name or
@@ -65,16 +69,7 @@ export function parseTargetBounds(v: string): Map<string, number> {
   return out;
 }
 
-const targetBounds = z
-  .string()
-  .default('')
-  .superRefine((v, ctx) => {
-    try {
-      parseTargetBounds(v);
-    } catch (err) {
-      ctx.addIssue({ code: 'custom', message: (err as Error).message });
-    }
-  });
+const targetBounds = parsedList(parseTargetBounds);
 
 const url = (what: string) =>
   optionalString.superRefine((v, ctx) => {

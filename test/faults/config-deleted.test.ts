@@ -10,7 +10,17 @@
 import { createTestDb, type TestDb } from '../helpers/db';
 import { eventually } from '../helpers/harness';
 import { startReceiver, type Receiver } from '../helpers/receiver';
-import { apiCall, FAST, ready, serviceEnv, sleep, spawnService, stopAll, type Svc } from './helpers/procs';
+import {
+  apiCall,
+  attemptRowsOf,
+  FAST,
+  ready,
+  serviceEnv,
+  sleep,
+  spawnService,
+  stopAll,
+  type Svc,
+} from './helpers/procs';
 
 let tdb: TestDb;
 let receiver: Receiver;
@@ -53,15 +63,7 @@ const job = async (id: string) =>
     )
   ).rows[0]!;
 
-const attemptsOf = async (id: string) =>
-  (
-    await tdb.db.query<{
-      n: number;
-      outcome: string | null;
-      http_status: number | null;
-      error: string | null;
-    }>('SELECT n, outcome, http_status, error FROM delivery_attempts WHERE job_id = $1 ORDER BY n', [id])
-  ).rows;
+const attemptsOf = (id: string) => attemptRowsOf(tdb.db, id);
 
 it.each([
   ['/ok', 'delivered', 'http_200', { outcome: 'delivered', http_status: 200 }],

@@ -33,6 +33,7 @@ import {
   alive,
   apiCall,
   killHard,
+  createConfigVia,
   ready,
   serviceEnv,
   sleep,
@@ -117,13 +118,7 @@ afterAll(async () => {
 const key = () => env.BOOTSTRAP_API_KEY!;
 const base = () => receiver.url.replace(/\/hook$/, '');
 
-async function config(taskId: string, p: string) {
-  const r = await apiCall(api, key(), 'POST', `/v1/tasks/${taskId}/pushNotificationConfigs`, {
-    id: 'c',
-    url: `${base()}${p}`,
-  });
-  expect(r.status).toBe(201);
-}
+const config = (taskId: string, p: string) => createConfigVia(api, key(), taskId, `${base()}${p}`);
 
 async function events(taskId: string, from: number, count: number): Promise<string[]> {
   const ids: string[] = [];

@@ -21,7 +21,17 @@ import { createTestDb, type TestDb } from '../helpers/db';
 import { makeDeliveryWorkflowId } from '../../src/ids';
 import { connectDevServer, eventually } from '../helpers/harness';
 import { startReceiver, type Receiver } from '../helpers/receiver';
-import { apiCall, alive, ready, serviceEnv, spawnService, stopAll, type Svc } from './helpers/procs';
+import {
+  apiCall,
+  alive,
+  attemptRowsOf,
+  createConfigVia,
+  ready,
+  serviceEnv,
+  spawnService,
+  stopAll,
+  type Svc,
+} from './helpers/procs';
 
 let tdb: TestDb;
 let receiver: Receiver;
@@ -54,15 +64,7 @@ const jobRow = async (id: string) =>
       [id],
     )
   ).rows[0];
-const attemptRows = async (id: string) =>
-  (
-    await tdb.db.query<{
-      n: number;
-      outcome: string | null;
-      http_status: number | null;
-      error: string | null;
-    }>('SELECT n, outcome, http_status, error FROM delivery_attempts WHERE job_id = $1 ORDER BY n', [id])
-  ).rows;
+const attemptRows = (id: string) => attemptRowsOf(tdb.db, id);
 
 it('a frozen worker’s attempt and its rerun overlap: delivered, at most one duplicate, rows agree with the receiver, no slot left held', async () => {
   const env = serviceEnv({
@@ -85,11 +87,7 @@ it('a frozen worker’s attempt and its rerun overlap: delivered, at most one du
   await ready(a);
 
   const key = env.BOOTSTRAP_API_KEY!;
-  const created = await apiCall(api, key, 'POST', '/v1/tasks/task-overlap/pushNotificationConfigs', {
-    id: 'c',
-    url: receiver.url,
-  });
-  expect(created.status).toBe(201);
+  await createConfigVia(api, key, 'task-overlap', receiver.url);
   const ev = await apiCall(api, key, 'POST', '/v1/tasks/task-overlap/events', {
     streamResponse: { statusUpdate: { taskId: 'task-overlap', status: { state: 'TASK_STATE_WORKING' } } },
   });

@@ -15,7 +15,16 @@ import { temporal as temporalProto } from '@temporalio/proto';
 import { makeDeliveryWorkflowId } from '../../src/ids';
 import { connectDevServer, eventually } from '../helpers/harness';
 import { startReceiver, type Receiver } from '../helpers/receiver';
-import { apiCall, killHard, ready, serviceEnv, spawnService, stopAll, type Svc } from './helpers/procs';
+import {
+  apiCall,
+  createConfigVia,
+  killHard,
+  ready,
+  serviceEnv,
+  spawnService,
+  stopAll,
+  type Svc,
+} from './helpers/procs';
 
 describe.each(['classic', 'lean'] as const)('DELIVERY_WORKFLOW=%s', (kind) => {
   let tdb: TestDb;
@@ -64,13 +73,7 @@ describe.each(['classic', 'lean'] as const)('DELIVERY_WORKFLOW=%s', (kind) => {
   const key = () => env.BOOTSTRAP_API_KEY!;
   const base = () => receiver.url.replace(/\/hook$/, '');
 
-  async function config(taskId: string, p: string) {
-    const r = await apiCall(api, key(), 'POST', `/v1/tasks/${taskId}/pushNotificationConfigs`, {
-      id: 'c',
-      url: `${base()}${p}`,
-    });
-    expect(r.status).toBe(201);
-  }
+  const config = (taskId: string, p: string) => createConfigVia(api, key(), taskId, `${base()}${p}`);
 
   async function events(taskId: string, count: number): Promise<string[]> {
     const ids: string[] = [];

@@ -8,6 +8,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
+import type { Db } from '../../../src/db/pool';
 import type { Json } from '../../helpers/harness';
 import { freePort } from '../../helpers/test-services-port';
 import { makeTestTls } from '../../helpers/tls';
@@ -135,6 +136,22 @@ export async function apiCall(
     json = text;
   }
   return { status: res.status, type: res.headers.get('content-type') ?? '', json };
+}
+
+/** Creates push config `c` of a task through the api; anything but 201 fails the test. */
+export async function createConfigVia(api: Svc, key: string, taskId: string, url: string): Promise<void> {
+  const r = await apiCall(api, key, 'POST', `/v1/tasks/${taskId}/pushNotificationConfigs`, { id: 'c', url });
+  expect(r.status).toBe(201);
+}
+
+/** A job's attempt rows, in order. */
+export async function attemptRowsOf(db: Db, jobId: string) {
+  return (
+    await db.query<{ n: number; outcome: string | null; http_status: number | null; error: string | null }>(
+      'SELECT n, outcome, http_status, error FROM delivery_attempts WHERE job_id = $1 ORDER BY n',
+      [jobId],
+    )
+  ).rows;
 }
 
 export interface OwnPg {

@@ -46,8 +46,17 @@ it('freed slots go to waiters round robin by tenant, each tenant in arrival orde
   expect(order).toEqual(['b1', 'c1', 'a1', 'a2', 'a3']);
 });
 
-it('a grant not taken in time goes back in line at its place, ahead of those who came later', async () => {
+/** Puts a target in the slow lane (as a call that timed out would): its line is strict. */
+const markSuspect = (target: string) =>
+  tdb.db.query(
+    `INSERT INTO outbound_targets (target, suspect_until) VALUES ($1, now() + interval '1 hour')
+     ON CONFLICT (target) DO UPDATE SET suspect_until = excluded.suspect_until`,
+    [target],
+  );
+
+it('a grant not taken in time goes back in line at its place, ahead of those who came later (slow lane)', async () => {
   const s = slots(1);
+  await markSuspect('late:443');
   await s.acquire('late:443', 'holder', 't', 'push');
   await s.acquire('late:443', 'slow', 't', 'push');
   await s.acquire('late:443', 'later', 't', 'push');
@@ -87,4 +96,49 @@ it('a target in the slow lane gives a fast-lane call nothing, and a 2xx clears t
     acquired: true,
     suspect: false,
   });
+});
+
+it("a healthy target's line is work-conserving: a soft grant keeps no slot empty, and a grantee that lost the race goes back at its place with a firm grant next", async () => {
+  const s = slots(1);
+  expect((await s.acquire('soft:443', 'holder', 'a', 'push')).acquired).toBe(true);
+  expect((await s.acquire('soft:443', 'w1', 'b', 'push')).acquired).toBe(false);
+  expect((await s.acquire('soft:443', 'w2', 'b', 'push')).acquired).toBe(false);
+  // The release wakes w1 but keeps nothing empty for it: a newcomer takes the room first.
+  expect(await s.release('soft:443', 'holder', 'healthy')).toEqual(['w1']);
+  expect((await s.acquire('soft:443', 'n1', 'a', 'push')).acquired).toBe(true);
+  // w1 comes to a full target: back in line, ahead of w2, marked for a firm grant.
+  expect((await s.acquire('soft:443', 'w1', 'b', 'push')).acquired).toBe(false);
+  const line = await tdb.db.query<{ holder: string; bumped: boolean }>(
+    `SELECT holder, bumped FROM outbound_waiters WHERE target = 'soft:443' ORDER BY seq`,
+  );
+  expect(line.rows).toEqual([
+    { holder: 'w1', bumped: true },
+    { holder: 'w2', bumped: false },
+  ]);
+  // Its next grant is firm: a newcomer waits behind it now, and w1 gets the slot.
+  expect(await s.release('soft:443', 'n1', 'healthy')).toEqual(['w1']);
+  expect((await s.acquire('soft:443', 'n2', 'a', 'push')).acquired).toBe(false);
+  expect((await s.acquire('soft:443', 'w1', 'b', 'push')).acquired).toBe(true);
+  // w2, woken on its own (its recheck) while w1 holds the slot, waits.
+  expect((await s.acquire('soft:443', 'w2', 'b', 'push')).acquired).toBe(false);
+});
+
+it('soft grants never let more than the bound on the wire, however many newcomers and grantees race', async () => {
+  const s = slots(3);
+  const target = 'race:443';
+  for (let i = 0; i < 3; i++) expect((await s.acquire(target, `h${i}`, 't', 'push')).acquired).toBe(true);
+  for (let i = 0; i < 6; i++) expect((await s.acquire(target, `w${i}`, 'u', 'push')).acquired).toBe(false);
+  const granted = (
+    await Promise.all([0, 1, 2].map((i) => s.release(target, `h${i}`, 'healthy')))
+  ).flat();
+  expect(granted).toHaveLength(3);
+  // The three grantees and twenty newcomers all at once.
+  const all = [...granted, ...Array.from({ length: 20 }, (_, i) => `n${i}`)];
+  const r = await Promise.all(all.map((h) => s.acquire(target, h, h.startsWith('n') ? 'n' : 'u', 'push')));
+  expect(r.filter((x) => x.acquired)).toHaveLength(3);
+  const onWire = await tdb.db.query(
+    `SELECT count(*) AS n FROM outbound_slots WHERE target = $1 AND NOT granted`,
+    [target],
+  );
+  expect(Number(onWire.rows[0].n)).toBe(3);
 });

@@ -86,6 +86,8 @@ export interface DeliveryThroughputResult {
   duplicates: number;
   /** Calls that waited in line for a host slot (the workers' a2a_push_host_slot_waits_total). */
   slotWaits: number;
+  /** Mean time an attempt held its host slot (a2a_push_host_slot_held_seconds), ms. */
+  slotHeldMs: number;
   /** What the receiver saw of each config's X-A2A-Push-Sequence: resends, arrivals out of order, gaps. */
   order: SequenceCheck;
   /** Where a delivery's time went, from the service's own rows (p50 ms): the profile of the run. */
@@ -225,6 +227,8 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
     };
     const stages = databaseUrl ? await stageBreakdown(databaseUrl, runId) : undefined;
     const slotWaits = await workerCounter(services, 'a2a_push_host_slot_waits_total').catch(() => NaN);
+    const heldS = await workerCounter(services, 'a2a_push_host_slot_held_seconds_sum').catch(() => NaN);
+    const helds = await workerCounter(services, 'a2a_push_host_slot_held_seconds_count').catch(() => NaN);
     const cores =
       cpu.workersTotal + cpu.api + (cpu.server ?? 0) + Object.values(cpu.more).reduce((a, b) => a + b, 0);
     return {
@@ -242,6 +246,7 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
       latencyMs: latency(arrived.map((e) => receiver.delivered.get(e.id)! - sentAt.get(e.id)!)),
       cpu,
       slotWaits,
+      slotHeldMs: helds > 0 ? round((heldS * 1000) / helds, 1) : NaN,
       duplicates: plan.reduce((d, e) => d + Math.max(0, (receiver.seen.get(e.id) ?? 0) - 1), 0),
       order: sequenceCheck(receiver.sequenced, (p) => p.startsWith(`/hook/${runId}-task-`)),
       ...(stages ? { stages } : {}),
@@ -526,7 +531,7 @@ export const deliveryBenchmark: Benchmark = {
         `receiver, by X-A2A-Push-Sequence: per_config ${orderNote(ours.order)}; none ${orderNote(unordered.order)}.`,
         '(b) and (c) send once and keep nothing durable: they are the ceiling of one process posting, not a like-for-like sender.',
         `(b) latency p99 ${b.latencyMs.p99} ms, (c) p99 ${c.latencyMs.p99} ms.`,
-        `host slot waits (OUTBOUND_HOST_CONCURRENCY): per_config ${ours.slotWaits}, none ${unordered.slotWaits}, none with the bound raised ${unbound.slotWaits}.`,
+        `host slot waits (OUTBOUND_HOST_CONCURRENCY): per_config ${ours.slotWaits}, none ${unordered.slotWaits}, none with the bound raised ${unbound.slotWaits}; mean time an attempt held its slot: per_config ${ours.slotHeldMs} ms, none ${unordered.slotHeldMs} ms.`,
         `ours: ${ours.writeRefusals} (per_config) and ${unordered.writeRefusals} (none) event writes answered 503 and retried after their Retry-After.`,
       ],
       details: { ours, oursNone: unordered, oursUnbound: unbound, a, b, c },

@@ -1,6 +1,6 @@
 import { Counter, Histogram, Registry, collectDefaultMetrics, type Metric } from 'prom-client';
 import { guardRefusals } from './outbound';
-import { slotWaits } from './db/slots';
+import { slotHeld, slotWaits } from './db/slots';
 
 // Metrics are created unregistered and each process registers the ones it serves into its own registry.
 export const deliveriesTotal = new Counter({
@@ -44,7 +44,7 @@ export function createRegistry(kind: 'api' | 'inbox' | 'worker', extra: Metric[]
   collectDefaultMetrics({ register: registry });
   const own: Metric[] =
     kind === 'worker'
-      ? [deliveriesTotal, attemptDuration, guardRefusals, configsFailing, slotWaits]
+      ? [deliveriesTotal, attemptDuration, guardRefusals, configsFailing, slotWaits, slotHeld]
       : kind === 'api'
         ? [eventWrites, guardRefusals, workflowStarts]
         : [inboxRequests];

@@ -19,7 +19,7 @@ import { unsealRow, type SecretRow } from '../sealing/secrets';
 import { attemptDuration, configsFailing, deliveriesTotal } from '../metrics';
 import { USER_AGENT } from '../version';
 import { hostOf } from '../ids';
-import { targetOf, type CallHealth, type HostSlots } from '../db/slots';
+import { slotHeld, targetOf, type CallHealth, type HostSlots } from '../db/slots';
 import { lineAfter, lineJobOf, ON_WIRE_LIMIT_MS, unfinishedJobsOf, type LineRow } from '../db/outbox';
 import { heldBy, nextInLine, recheckMs } from '../delivery/order';
 
@@ -564,6 +564,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
 
     // Not started (the job ended meanwhile): the slot went back in the same statement.
     if (!b.o_started) return currentStatus(input.jobId);
+    const heldSince = performance.now();
 
     let result: AttemptResult;
     const t0 = performance.now();
@@ -619,6 +620,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       durationMs,
       target ? { target, health } : undefined,
     );
+    if (target) slotHeld.observe((performance.now() - heldSince) / 1000);
     // The next attempt to a target that just timed out or refused runs in the slow lane.
     if (health === 'suspect' && out.waitMs !== undefined) out.lane = 'slow';
     return out;

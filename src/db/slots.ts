@@ -1,4 +1,4 @@
-import { Counter } from 'prom-client';
+import { Counter, Histogram } from 'prom-client';
 import type { Db, Tx } from './pool';
 
 /**
@@ -43,6 +43,13 @@ export const slotWaits = new Counter({
   name: 'a2a_push_host_slot_waits_total',
   help: 'Calls that found their target at OUTBOUND_HOST_CONCURRENCY and waited in line (no host label: unbounded)',
   labelNames: ['kind'] as const,
+  registers: [],
+});
+
+export const slotHeld = new Histogram({
+  name: 'a2a_push_host_slot_held_seconds',
+  help: 'How long a delivery attempt held its host slot: from the statement that took it to the one that gave it back (the POST plus the database around it)',
+  buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 60],
   registers: [],
 });
 

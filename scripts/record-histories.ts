@@ -152,6 +152,30 @@ async function main() {
       ['redirect', '/302', 'failed'],
       ['expired', '/retry-after-60', 'expired'],
     ];
+    if (LEAN) {
+      // The lean type attempts locally only at a target that answered a 2xx lately: one delivery
+      // (not saved) makes the receiver known, so the histories below have their attempts as markers.
+      const warm = await delivery('warm-up', '/ok');
+      const r = await resultOf(makeDeliveryWorkflowId(warm.jobs[0]!));
+      if (r.status !== 'delivered') throw new Error(`warm-up: ${r.status}`);
+      // ...and the first contact with a target: the local attempt answers `remote` untried, and the
+      // attempt runs as a normal activity.
+      const fresh = await startReceiver({ script: () => ({ status: 200 }) });
+      try {
+        const taskId = 'task-remote';
+        await createConfig(stack, taskId, {
+          id: 'cfg-remote',
+          url: fresh.url,
+          authentication: { scheme: 'Bearer', credentials: CREDENTIAL },
+        });
+        const ev = await writeEvent(stack, taskId, {
+          statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' }, metadata: { mark: BODY_MARK } },
+        });
+        await finish('remote', ev.deliveries[0]!.id, 'delivered');
+      } finally {
+        await fresh.close();
+      }
+    }
     await Promise.all(
       simple.map(async ([name, p, status]) => {
         const d = await delivery(name, p);

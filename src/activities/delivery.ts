@@ -35,6 +35,13 @@ export interface AttemptInput {
    * takes its slot wherever it runs, as that workflow cannot move.
    */
   lane?: 'slow' | 'fast';
+  /**
+   * The call is the lean type's local activity (it holds its workflow task until it answers): a target
+   * without a recent 2xx, or in the slow lane, is not tried here; the answer says where to go
+   * (`remote`, or `lane: 'slow'`). Absent: the call tries any target (a normal activity, or a lean run
+   * from before this field, which does not know `remote`).
+   */
+  local?: boolean;
 }
 
 export interface AttemptOutput {
@@ -54,6 +61,11 @@ export interface AttemptOutput {
   waitingForSlot?: string;
   /** The next call belongs in the slow lane: its target recently timed out, refused or was slow. */
   lane?: 'slow';
+  /**
+   * Only to a call made with `local`: its target has no recent 2xx, so the attempt goes as a normal,
+   * heartbeated activity (no attempt used here). `waitMs` is 0.
+   */
+  remote?: true;
   /**
    * The job waits for this earlier delivery of its config to end (DELIVERY_ORDER=per_config): no
    * attempt used; the end of that delivery wakes it. A workflow that does not know it waits `waitMs`
@@ -526,7 +538,8 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       o_acquired: boolean;
       o_suspect: boolean;
       o_granted: string[];
-    }>('SELECT * FROM outbox_attempt_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)', [
+      o_unknown: boolean;
+    }>('SELECT * FROM outbox_attempt_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)', [
       input.jobId,
       n,
       input.now,
@@ -541,9 +554,19 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       slotSettings.waitMs,
       slotSettings.grantMs,
       slotSettings.suspectMs,
+      input.local ? slotSettings.knownMs : null,
     ]);
     const b = begun.rows[0]!;
     wakeLater(b.o_granted);
+    // A local call to a target not known to answer: out of the workflow task, as a normal activity.
+    if (b.o_unknown)
+      return {
+        status: ctx.status,
+        attempts: ctx.attempt_count,
+        ...(ctx.reason ? { reason: ctx.reason } : {}),
+        waitMs: 0,
+        remote: true,
+      };
     if (target) {
       const inSlowLane = input.lane === 'slow';
       const slot = deps.slots.answer(b, input.lane === 'fast', 'push');

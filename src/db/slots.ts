@@ -23,6 +23,11 @@ export interface SlotSettings {
   grantMs: number;
   /** How long a target that timed out, refused or was slow stays in the slow lane. */
   suspectMs: number;
+  /**
+   * How long after its last 2xx a target counts as known to answer: the lean type makes local
+   * attempts (held inside a workflow task) only to such targets.
+   */
+  knownMs: number;
 }
 
 export const DEFAULT_SLOT_SETTINGS: Omit<SlotSettings, 'capacity'> = {
@@ -31,6 +36,7 @@ export const DEFAULT_SLOT_SETTINGS: Omit<SlotSettings, 'capacity'> = {
   waitMs: 15 * 60_000,
   grantMs: 2 * 60_000,
   suspectMs: 10 * 60_000,
+  knownMs: 10 * 60_000,
 };
 
 /** Target of a URL: host name or literal address, plus port (443 when absent). Never path or query. */

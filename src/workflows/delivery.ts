@@ -81,8 +81,11 @@ const { attemptDelivery: attemptLocally } = proxyLocalActivities<DeliveryActivit
  */
 export async function deliveryWorkflowLean({ jobId }: DeliveryInput): Promise<DeliveryResult> {
   return deliveryLoop(jobId, {
-    fast: (summary, input) => attemptLocally.executeWithOptions({ summary }, [input]),
+    fast: (summary, input) => attemptLocally.executeWithOptions({ summary }, [{ ...input, local: true }]),
     slow: slowLane(),
+    // A target without a recent 2xx: the fast lane's attempt as a normal, heartbeated activity (the
+    // local one answered `remote` without trying), so a dead host never holds a workflow task.
+    remote: (summary, input) => attemptDelivery.executeWithOptions({ summary }, [input]),
   });
 }
 
@@ -93,7 +96,7 @@ export async function deliveryWorkflowLean({ jobId }: DeliveryInput): Promise<De
  */
 async function deliveryLoop(
   jobId: string,
-  lanes: { fast: AttemptCall; slow: AttemptCall },
+  lanes: { fast: AttemptCall; slow: AttemptCall; remote?: AttemptCall },
 ): Promise<DeliveryResult> {
   let woken = false;
   const state: DeliveryState = { status: 'queued', attempts: 0 };
@@ -106,6 +109,8 @@ async function deliveryLoop(
   let maxAttempts: number | undefined;
   let lastStatus = 'queued';
   let lane: 'slow' | undefined;
+  // Once a local attempt answered `remote`, this job's fast-lane attempts stay normal activities.
+  let remote = false;
   for (;;) {
     // A wake that arrives while the attempt runs is kept: the next wait then ends at once.
     woken = false;
@@ -118,7 +123,16 @@ async function deliveryLoop(
       lane: lane ?? 'fast',
     };
     const r: AttemptOutput =
-      lane === 'slow' ? await lanes.slow(`${plan} (slow lane)`, input) : await lanes.fast(plan, input);
+      lane === 'slow'
+        ? await lanes.slow(`${plan} (slow lane)`, input)
+        : remote && lanes.remote
+          ? await lanes.remote(plan, input)
+          : await lanes.fast(plan, input);
+    if (r.remote) {
+      // Nothing was tried: the same attempt again, outside the workflow task.
+      remote = true;
+      continue;
+    }
     lane = r.lane;
     if (lane) state.lane = lane;
     else delete state.lane;

@@ -19,7 +19,7 @@
 import { temporal as temporalProto } from '@temporalio/proto';
 import { createTestDb, type TestDb } from '../helpers/db';
 import { makeDeliveryWorkflowId } from '../../src/ids';
-import { connectDevServer, eventually } from '../helpers/harness';
+import { connectDevServer, eventually, markTargetAnswered } from '../helpers/harness';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 import {
   apiCall,
@@ -87,6 +87,8 @@ it('a frozen worker’s attempt and its rerun overlap: delivered, at most one du
   await ready(a);
 
   const key = env.BOOTSTRAP_API_KEY!;
+  // A receiver that answered lately: attempt 1 is a local activity (held inside A's workflow task).
+  await markTargetAnswered(tdb.db, receiver.url);
   await createConfigVia(api, key, 'task-overlap', receiver.url);
   const ev = await apiCall(api, key, 'POST', '/v1/tasks/task-overlap/events', {
     streamResponse: { statusUpdate: { taskId: 'task-overlap', status: { state: 'TASK_STATE_WORKING' } } },

@@ -24,6 +24,7 @@ import type { Runtime } from '../../src/runtime';
 import { serviceReadiness } from '../../src/services';
 import { Keyring } from '../../src/sealing/keyring';
 import { makeDeliveryWorkflowId } from '../../src/ids';
+import { targetOf } from '../../src/db/slots';
 import type { DeliveryResult } from '../../src/workflows/delivery';
 import { activityInterceptors, temporalLogForwarder, Workers } from '../../src/worker/worker';
 import { clientInterceptors, eagerStartClient } from '../../src/temporal';
@@ -261,6 +262,20 @@ export async function writeEvent(
   const json = (await res.json()) as { eventId: string; deliveries: Array<{ id: string; configId: string }> };
   if (res.status !== 202) throw new Error(`write event: ${res.status} ${JSON.stringify(json)}`);
   return json;
+}
+
+/**
+ * The state a 2xx from `url`'s target leaves (outbound_targets.healthy_at, migration 016): the lean
+ * type then makes its attempts there as local activities. For tests of the lean type's local path
+ * whose receiver counts its requests (a warm-up delivery would shift them); test/integration/lean.test.ts
+ * goes through the real first delivery.
+ */
+export async function markTargetAnswered(db: Pick<Runtime['db'], 'query'>, url: string): Promise<void> {
+  await db.query(
+    `INSERT INTO outbound_targets (target, healthy_at) VALUES ($1, now())
+     ON CONFLICT (target) DO UPDATE SET healthy_at = now()`,
+    [targetOf(url)],
+  );
 }
 
 export async function attemptRows(stack: Stack, jobId: string) {

@@ -41,18 +41,50 @@ const history = async (jobId: string) =>
 const typeOf = async (jobId: string) =>
   (await history(jobId))[0]!.workflowExecutionStartedEventAttributes!.workflowType!.name;
 
-it('an event is delivered by a lean workflow started by the dispatcher, in 7 history events', async () => {
-  receiver.setScript(() => ({ status: 200 }));
-  await createConfig(stack, 'lean-1', { id: 'c', url: receiver.url });
-  const ev = await writeEvent(stack, 'lean-1', {
-    statusUpdate: { taskId: 'lean-1', status: { state: 'TASK_STATE_WORKING' } },
+const eventTypes = async (jobId: string) =>
+  (await history(jobId)).map((e) => proto.api.enums.v1.EventType[e.eventType!]);
+
+/** Writes one event of a fresh task with a config at `url`; answers its job id once it ended. */
+const deliverOne = async (on: Stack, taskId: string, url: string) => {
+  await createConfig(on, taskId, { id: 'c', url });
+  const ev = await writeEvent(on, taskId, {
+    statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' } },
   });
   const jobId = ev.deliveries[0]!.id;
   expect(await deliveryResult(temporal.client, jobId)).toMatchObject({ status: 'delivered', attempts: 1 });
+  return jobId;
+};
+
+it('the first delivery to a target without a recent 2xx runs its attempt as a normal activity; once the target answered, a delivery is a local attempt in 7 history events', async () => {
+  receiver.setScript(() => ({ status: 200 }));
+  // Unknown target: the local attempt answers `remote` untried (a marker), the attempt is an activity.
+  const first = await deliverOne(stack, 'lean-0', receiver.url);
+  expect(await typeOf(first)).toBe('deliveryWorkflowLean');
+  expect(await eventTypes(first)).toEqual([
+    'EVENT_TYPE_WORKFLOW_EXECUTION_STARTED',
+    'EVENT_TYPE_WORKFLOW_TASK_SCHEDULED',
+    'EVENT_TYPE_WORKFLOW_TASK_STARTED',
+    'EVENT_TYPE_WORKFLOW_TASK_COMPLETED',
+    'EVENT_TYPE_MARKER_RECORDED',
+    'EVENT_TYPE_ACTIVITY_TASK_SCHEDULED',
+    'EVENT_TYPE_ACTIVITY_TASK_STARTED',
+    'EVENT_TYPE_ACTIVITY_TASK_COMPLETED',
+    'EVENT_TYPE_WORKFLOW_TASK_SCHEDULED',
+    'EVENT_TYPE_WORKFLOW_TASK_STARTED',
+    'EVENT_TYPE_WORKFLOW_TASK_COMPLETED',
+    'EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES',
+    'EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED',
+  ]);
+  // The activity's attempt carries the same number: one attempt, not two.
+  expect(await json(stack.api(`/v1/deliveries/${first}`))).toMatchObject({
+    status: 'delivered',
+    attempts: [{ n: 1, outcome: 'delivered', httpStatus: 200 }],
+  });
+
+  // Known now (a 2xx within OUTBOUND known window): the attempt runs inside the workflow task.
+  const jobId = await deliverOne(stack, 'lean-1', receiver.url);
   expect(receiver.requests.map((r) => r.headers['x-a2a-push-delivery'])).toContain(jobId);
-  expect(await typeOf(jobId)).toBe('deliveryWorkflowLean');
-  const events = await history(jobId);
-  expect(events.map((e) => proto.api.enums.v1.EventType[e.eventType!])).toEqual([
+  expect(await eventTypes(jobId)).toEqual([
     'EVENT_TYPE_WORKFLOW_EXECUTION_STARTED',
     'EVENT_TYPE_WORKFLOW_TASK_SCHEDULED',
     'EVENT_TYPE_WORKFLOW_TASK_STARTED',
@@ -66,6 +98,34 @@ it('an event is delivered by a lean workflow started by the dispatcher, in 7 his
     status: 'delivered',
     attempts: [{ n: 1, outcome: 'delivered', httpStatus: 200 }],
   });
+});
+
+it('a target that never answered (a black hole) never holds a workflow task: each attempt to it is a heartbeated activity', async () => {
+  const hole = await startReceiver({ script: () => ({ hang: true }) });
+  try {
+    await createConfig(stack, 'lean-hole', { id: 'c', url: hole.url });
+    const ev = await writeEvent(stack, 'lean-hole', {
+      statusUpdate: { taskId: 'lean-hole', status: { state: 'TASK_STATE_WORKING' } },
+    });
+    const jobId = ev.deliveries[0]!.id;
+    await hole.waitFor(1, 30_000);
+    // The POST hangs in an activity (started: the server writes that event when it ends); the workflow
+    // task that decided so has completed.
+    const types = await eventTypes(jobId);
+    expect(types).toContain('EVENT_TYPE_ACTIVITY_TASK_SCHEDULED');
+    const pending = (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).describe()).raw
+      .pendingActivities;
+    expect(pending?.map((a) => proto.api.enums.v1.PendingActivityState[a.state!])).toEqual([
+      'PENDING_ACTIVITY_STATE_STARTED',
+    ]);
+    expect(types.filter((t) => t === 'EVENT_TYPE_WORKFLOW_TASK_STARTED')).toHaveLength(
+      types.filter((t) => t === 'EVENT_TYPE_WORKFLOW_TASK_COMPLETED').length,
+    );
+    await stack.api('/v1/tasks/lean-hole/pushNotificationConfigs/c', { method: 'DELETE' });
+    expect(await deliveryResult(temporal.client, jobId)).toMatchObject({ status: 'cancelled' });
+  } finally {
+    await hole.close();
+  }
 });
 
 it("a :retry's new job (started by the claim run) is a lean workflow too", async () => {
@@ -102,6 +162,8 @@ describe('eager start (the api beside the worker, EAGER_START on)', () => {
 
   it('the start hands the first workflow task to the local worker: the server accepted it eagerly, still 7 events', async () => {
     receiver.setScript(() => ({ status: 200 }));
+    // The stack's own database has not seen the receiver answer yet: one delivery makes it known.
+    await deliverOne(eagerStack, 'lean-eager-0', receiver.url);
     const before = await eagerStarts();
     await createConfig(eagerStack, 'lean-eager-1', { id: 'c', url: receiver.url });
     const ev = await writeEvent(eagerStack, 'lean-eager-1', {

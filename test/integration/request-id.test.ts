@@ -9,6 +9,7 @@ import {
   eventually,
   json,
   quietTemporal,
+  markTargetAnswered,
   startStack,
   type Stack,
 } from '../helpers/harness';
@@ -59,6 +60,8 @@ it.each(['classic', 'lean'] as const)(
             logger,
           });
     const stack = own ?? shared;
+    // lean: a target that answered lately, so the attempt is the local activity this test is about.
+    if (own) await markTargetAnswered(own.tdb.db, receiver.url);
     const task = `task-rid-${kind}`;
     const rid = `req-event-42-${kind}`;
     try {

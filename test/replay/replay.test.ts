@@ -44,6 +44,8 @@ it('holds one history per outcome of both workflows', () => {
       'delivery-lean-order-wait',
       'delivery-lean-slot-wait',
       'delivery-lean-slow-lane',
+      // A first contact: the local attempt answered `remote` untried, the attempt ran as an activity.
+      'delivery-lean-remote',
       'registration-separate-resolved',
       'registration-embedded-resolved',
       'registration-failed-not-found',
@@ -66,6 +68,10 @@ it("the lean type's histories are of its own workflow type, a first-try delivery
       type: f.startsWith('delivery-lean-') ? 'deliveryWorkflowLean' : 'deliveryWorkflow',
     });
   expect((load('delivery-lean-delivered.json') as { events: unknown[] }).events).toHaveLength(7);
+  // The first contact's shape: the untried local attempt's marker, then the attempt as an activity.
+  const remote = (load('delivery-lean-remote.json') as { events: Array<Record<string, unknown>> }).events;
+  expect(remote.filter((e) => e.markerRecordedEventAttributes)).toHaveLength(1);
+  expect(remote.filter((e) => e.activityTaskScheduledEventAttributes)).toHaveLength(1);
 });
 
 it('no saved history carries a credential, an Authorization header or an event body', () => {

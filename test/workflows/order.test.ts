@@ -16,6 +16,7 @@ import {
   eventually,
   jobRow,
   json,
+  markTargetAnswered,
   startStack,
   writeEvent,
   type Stack,
@@ -63,6 +64,8 @@ describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time
       script: (req) => (req.n === 1 ? { status: 200, gate } : { status: 200 }),
     });
     stack = await startStack(env, `order-1-${kind}`, { env: { DELIVERY_WORKFLOW: kind } });
+    // lean: a target that answered lately, so its attempts run as local activities (the lean path).
+    if (kind === 'lean') await markTargetAnswered(stack.tdb.db, receiver.url);
     const taskId = 'task-order-1';
     await createConfig(stack, taskId, { id: 'cfg', url: receiver.url });
     const first = (await writeEvent(stack, taskId, { task: { id: taskId, n: 1 } })).deliveries[0]!.id;

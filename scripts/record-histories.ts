@@ -254,16 +254,20 @@ async function main() {
       const ahead = (await event()).deliveries[0]!.id;
       await inLine.waitFor(1, 60_000);
       const waiter = (await event()).deliveries[0]!.id;
-      // Released as soon as the waiter has been held (well inside DELIVERY_TIMEOUT, 2 s).
+      // Released as soon as the waiter's run waits for it (its timer is in the history; well inside
+      // DELIVERY_TIMEOUT, 2 s).
       await eventually(
         async () =>
-          (await stack.tdb.db.query('SELECT held_by FROM delivery_jobs WHERE id = $1', [waiter])).rows[0]
-            ?.held_by,
-        (h) => h === ahead,
+          (
+            (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(waiter)).fetchHistory())
+              .events ?? []
+          ).some((e) => e.timerStartedEventAttributes),
+        (held) => held,
         60_000,
       );
       openOrder();
-      await finish('order-wait', waiter, 'delivered');
+      // Started `behind` the first (migration 017): the saved delivery-order-wait is the shape before that.
+      await finish('order-behind', waiter, 'delivered');
       const events = (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(waiter)).fetchHistory())
         .events;
       const summaries = (events ?? []).map((e) =>

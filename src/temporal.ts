@@ -65,6 +65,13 @@ export interface JobToStart {
   host: string;
   /** The attempt plan (settings in words): shown as the workflow's static details. */
   plan?: string;
+  /**
+   * The unfinished earlier job of its config it was written behind (DELIVERY_ORDER=per_config): the
+   * workflow waits for that one's end (a wake) before its first attempt call.
+   */
+  behind?: string;
+  /** With `behind`: the job's deadline (epoch ms): the wait for the wake ends by then. */
+  deadlineAt?: number;
 }
 
 /** DELIVERY_WORKFLOW: which delivery workflow type new jobs start as. */
@@ -102,7 +109,12 @@ export async function startDeliveryWorkflow(
       taskQueue,
       ...(eager ? { requestEagerStart: true } : {}),
       ...(kind === 'lean' ? { workflowTaskTimeout: LEAN_WORKFLOW_TASK_TIMEOUT } : {}),
-      args: [{ jobId: job.id }],
+      args: [
+        {
+          jobId: job.id,
+          ...(job.behind ? { behind: job.behind, ...(job.deadlineAt ? { until: job.deadlineAt } : {}) } : {}),
+        },
+      ],
       workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
       // The tenant's fairness key: its workflow and activity tasks (activities inherit the
       // workflow's priority) take turns with other tenants' in Temporal's queues.

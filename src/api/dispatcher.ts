@@ -8,6 +8,7 @@ import { inSpan } from '../tracing';
 import {
   signalRegistration,
   startDeliveryWorkflow,
+  wakeDeliveries,
   type DeliveryWorkflowKind,
   type JobToStart,
 } from '../temporal';
@@ -57,7 +58,7 @@ export class Dispatcher {
   private stopped = false;
   private directInFlight = 0;
   private directFailed = false;
-  private toMark: string[] = [];
+  private toMark: Array<{ id: string; behind?: string | undefined }> = [];
   private marking: Promise<void> | undefined;
   private readonly directRuns = new Set<Promise<void>>();
   readonly concurrency: number;
@@ -122,20 +123,27 @@ export class Dispatcher {
   startNow(
     tenantId: string,
     taskId: string,
-    jobs: Array<{ id: string; configId: string; host: string }>,
+    jobs: Array<{ id: string; configId: string; host: string; behind?: string; deadlineAt?: number }>,
     traceparent?: string,
   ): void {
     this.directInFlight += jobs.length;
     for (const j of jobs) {
       const run = this.startJob(
-        { id: j.id, tenantId, taskId, configId: j.configId, host: j.host },
+        {
+          id: j.id,
+          tenantId,
+          taskId,
+          configId: j.configId,
+          host: j.host,
+          ...(j.behind ? { behind: j.behind, ...(j.deadlineAt ? { deadlineAt: j.deadlineAt } : {}) } : {}),
+        },
         'direct',
         traceparent,
       )
         .then(
           () => {
             this.directFailed = false;
-            this.markDispatched(j.id);
+            this.markDispatched(j.id, j.behind);
           },
           async (err: unknown) => {
             // Temporal refused or is away: until a claim run succeeds, writes leave their jobs to it.
@@ -185,19 +193,47 @@ export class Dispatcher {
   }
 
   /** Marks directly started jobs dispatched, many per statement when they come together. */
-  private markDispatched(id: string): void {
-    this.toMark.push(id);
+  private markDispatched(id: string, behind?: string): void {
+    this.toMark.push({ id, behind });
     if (this.marking) return;
     this.marking = (async () => {
       while (this.toMark.length > 0) {
-        const ids = this.toMark.splice(0);
-        await this.markStarted(ids).catch((err: unknown) =>
+        const batch = this.toMark.splice(0);
+        await this.markStarted(batch.map((b) => b.id)).catch((err: unknown) =>
           // Not marked: the lease expires and a claim run starts them again (Temporal rejects the duplicate).
           this.o.logger.warn({ err: (err as Error).message }, 'marking direct starts dispatched failed'),
         );
+        await this.wakeIfAheadEnded(batch);
       }
       this.marking = undefined;
     })();
+  }
+
+  /**
+   * Jobs started `behind` an earlier job of their config wait for that one's end to wake them. One
+   * that ended between the write and the start found no workflow to wake (its read of the line came
+   * too early, or its signal came before the start): read once more now that the starts are done, and
+   * wake those whose job ahead has ended. (An end after this read sees the started job.) Best effort:
+   * a wake lost anyway is repaired by the workflow's own recheck.
+   */
+  private async wakeIfAheadEnded(started: Array<{ id: string; behind?: string | null }>): Promise<void> {
+    const held = started.filter((j) => j.behind);
+    if (held.length === 0) return;
+    try {
+      const r = await this.o.db.query<{ id: string }>(
+        `SELECT x.id FROM unnest($1::uuid[], $2::uuid[]) AS x (id, behind)
+           JOIN delivery_jobs b ON b.id = x.behind
+          WHERE b.status NOT IN ('queued', 'in_flight', 'waiting_retry')`,
+        [held.map((j) => j.id), held.map((j) => j.behind)],
+      );
+      if (r.rows.length > 0)
+        await wakeDeliveries(
+          this.o.client,
+          r.rows.map((x) => x.id),
+        );
+    } catch (err) {
+      this.o.logger.warn({ err: (err as Error).message }, 'checking the lines of started jobs failed');
+    }
   }
 
   /** The jobs' workflows are started: they leave the claim run for good. */
@@ -264,6 +300,8 @@ export class Dispatcher {
       request_id: string | null;
       traceparent: string | null;
       url: string;
+      behind: string | null;
+      deadline_ms: string;
     }>(
       `WITH RECURSIVE tenants (tenant_id) AS (
            (SELECT tenant_id FROM delivery_jobs WHERE dispatched_at IS NULL ORDER BY tenant_id LIMIT 1)
@@ -286,7 +324,12 @@ export class Dispatcher {
        UPDATE delivery_jobs j SET dispatch_lease = now() + make_interval(secs => $2::double precision / 1000)
          FROM push_configs c, picked p
         WHERE c.row_id = j.config_row_id AND j.id = p.id
-       RETURNING j.id, j.seq, p.rn, j.tenant_id, j.task_id, j.config_id, j.request_id, j.traceparent, c.url`,
+       RETURNING j.id, j.seq, p.rn, j.tenant_id, j.task_id, j.config_id, j.request_id, j.traceparent, c.url,
+                 (SELECT d.id FROM delivery_jobs d
+                   WHERE j.ordered AND d.config_row_id = j.config_row_id AND d.seq < j.seq AND d.ordered
+                     AND d.status IN ('queued', 'in_flight', 'waiting_retry')
+                   ORDER BY d.seq DESC LIMIT 1) AS behind,
+                 extract(epoch FROM j.deadline) * 1000 AS deadline_ms`,
       [this.batchSize, this.leaseMs],
     );
     // Started in that order (the lanes take jobs in claimed order).
@@ -311,6 +354,7 @@ export class Dispatcher {
                 taskId: j.task_id,
                 configId: j.config_id,
                 host: hostOf(j.url),
+                ...(j.behind ? { behind: j.behind, deadlineAt: Math.ceil(Number(j.deadline_ms)) } : {}),
               },
               'claim',
               j.traceparent,
@@ -326,6 +370,7 @@ export class Dispatcher {
     const startedSet = new Set(started);
     const notStarted = jobs.map((j) => j.id).filter((id) => !startedSet.has(id));
     await this.markStarted(started);
+    await this.wakeIfAheadEnded(jobs.filter((j) => startedSet.has(j.id)));
     if (started.length > 0) this.directFailed = false;
     if (notStarted.length > 0) {
       await this.releaseLeases(notStarted);

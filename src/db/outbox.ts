@@ -115,7 +115,15 @@ export async function deleteConfig(
 export interface WrittenEvent {
   eventId: string;
   /** The new jobs, with what starting each one's workflow needs (ids and the target's host: nothing secret). */
-  starts: Array<{ id: string; configId: string; host: string }>;
+  starts: Array<{
+    id: string;
+    configId: string;
+    host: string;
+    /** DELIVERY_ORDER=per_config: the unfinished earlier job of its config this one waits for. */
+    behind?: string;
+    /** With `behind`: the job's deadline (epoch ms, from the write's start; the row's is at most a little earlier). */
+    deadlineAt?: number;
+  }>;
   /** Jobs pushed out by the per-config bound; their workflows are woken to end. */
   superseded: string[];
   /** Heads of ordered lines waiting for a retry, asked for one early attempt by this event: woken. */
@@ -145,6 +153,7 @@ export async function writeEvent(
 ): Promise<WrittenEvent> {
   // One statement (migration 006): the event, its task's active configs (locked, which serialises
   // writers per config so the bound counts exactly), one job per config, and the bound.
+  const deadlineAt = Date.now() + e.deadlineMs;
   const w = await db.query<{
     o_event_id: string;
     o_job_ids: string[];
@@ -152,6 +161,7 @@ export async function writeEvent(
     o_urls: string[];
     o_superseded: string[];
     o_woken: string[];
+    o_behind: Array<string | null>;
   }>('SELECT * FROM outbox_write_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)', [
     e.tenantId,
     e.taskId,
@@ -171,6 +181,7 @@ export async function writeEvent(
       id,
       configId: r.o_config_ids[i]!,
       host: hostOf(r.o_urls[i]!),
+      ...(r.o_behind[i] ? { behind: r.o_behind[i]!, deadlineAt } : {}),
     })),
     superseded: r.o_superseded,
     woken: r.o_woken,

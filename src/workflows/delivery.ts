@@ -27,7 +27,22 @@ const { attemptDelivery } = proxyActivities<DeliveryActivities>(attemptOptions);
 
 export interface DeliveryInput {
   jobId: string;
+  /**
+   * DELIVERY_ORDER=per_config: the unfinished earlier job of its config this one was written behind.
+   * The run waits for a wake (that job's end) before its first attempt call, rather than calling the
+   * activity only to learn it is held; the activity still decides once woken. Absent in runs started
+   * before it (their histories replay unchanged).
+   */
+  behind?: string;
+  /** With `behind`: the job's deadline (epoch ms): the wait for the wake ends by then (to expire it). */
+  until?: number;
 }
+
+/**
+ * How long a run started `behind` another job waits for its wake before it asks the activity itself
+ * (a wake lost to a crash; a deadline that passes meanwhile is then found, at most this late).
+ */
+const BEHIND_RECHECK_MS = 30_000;
 
 export interface DeliveryResult {
   status: string;
@@ -52,8 +67,8 @@ function slowLane(): AttemptCall {
 }
 
 /** One workflow per delivery job: one activity per attempt, a timer (cut short by `wake`) between them. */
-export async function deliveryWorkflow({ jobId }: DeliveryInput): Promise<DeliveryResult> {
-  return deliveryLoop(jobId, {
+export async function deliveryWorkflow({ jobId, behind, until }: DeliveryInput): Promise<DeliveryResult> {
+  return deliveryLoop(jobId, behind ? { id: behind, until } : undefined, {
     fast: (summary, input) => attemptDelivery.executeWithOptions({ summary }, [input]),
     slow: slowLane(),
   });
@@ -79,8 +94,8 @@ const { attemptDelivery: attemptLocally } = proxyLocalActivities<DeliveryActivit
  * activity (a first-try delivery is 7 history events instead of 12). The slow lane stays a normal,
  * heartbeated activity on its own task queue: a slow target never holds a workflow task slot.
  */
-export async function deliveryWorkflowLean({ jobId }: DeliveryInput): Promise<DeliveryResult> {
-  return deliveryLoop(jobId, {
+export async function deliveryWorkflowLean({ jobId, behind, until }: DeliveryInput): Promise<DeliveryResult> {
+  return deliveryLoop(jobId, behind ? { id: behind, until } : undefined, {
     fast: (summary, input) => attemptLocally.executeWithOptions({ summary }, [{ ...input, local: true }]),
     slow: slowLane(),
     // A target without a recent 2xx: the fast lane's attempt as a normal, heartbeated activity (the
@@ -96,6 +111,7 @@ export async function deliveryWorkflowLean({ jobId }: DeliveryInput): Promise<De
  */
 async function deliveryLoop(
   jobId: string,
+  behind: { id: string; until?: number | undefined } | undefined,
   lanes: { fast: AttemptCall; slow: AttemptCall; remote?: AttemptCall },
 ): Promise<DeliveryResult> {
   let woken = false;
@@ -111,6 +127,23 @@ async function deliveryLoop(
   let lane: 'slow' | undefined;
   // Once a local attempt answered `remote`, this job's fast-lane attempts stay normal activities.
   let remote = false;
+  if (behind) {
+    // Written behind an unfinished job of its config: that one's end wakes this run (no activity until
+    // then); by its deadline at the latest, the activity ends it `expired`.
+    const inLine = `waiting for delivery ${behind.id} (earlier event of this config)`;
+    const waitMs = Math.max(
+      0,
+      Math.min(
+        BEHIND_RECHECK_MS,
+        behind.until !== undefined ? behind.until - Date.now() + 1_000 : BEHIND_RECHECK_MS,
+      ),
+    );
+    state.waitingFor = behind.id;
+    state.nextAttemptInMs = waitMs;
+    setCurrentDetails(inLine);
+    await condition(() => woken, waitMs, { summary: inLine });
+    delete state.waitingFor;
+  }
   for (;;) {
     // A wake that arrives while the attempt runs is kept: the next wait then ends at once.
     woken = false;

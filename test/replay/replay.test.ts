@@ -38,10 +38,13 @@ it('holds one history per outcome of both workflows', () => {
       'delivery-cancelled',
       'delivery-superseded',
       'delivery-order-wait',
+      // Written behind an unfinished job of its config: started knowing so, no attempt call until woken.
+      'delivery-order-behind',
       // The lean type (DELIVERY_WORKFLOW=lean, issue 21): the fast-lane attempt a local activity.
       'delivery-lean-delivered',
       'delivery-lean-delivered-after-retry',
       'delivery-lean-order-wait',
+      'delivery-lean-order-behind',
       'delivery-lean-slot-wait',
       'delivery-lean-slow-lane',
       // A first contact: the local attempt answered `remote` untried, the attempt ran as an activity.

@@ -86,6 +86,14 @@ describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time
       nextAttemptInMs: 30_000,
     });
     expect(await timerSummaries(wf)).toEqual([held]);
+    // Written behind the first one, it was started knowing so: no attempt call while it waits (no
+    // activity task, no local-activity marker), only the wait's timer.
+    const heldHistory = (await env.client.workflow.getHandle(wf).fetchHistory()).events ?? [];
+    const [input] = heldHistory[0]!.workflowExecutionStartedEventAttributes!.input!.payloads!;
+    expect(JSON.parse(Buffer.from(input!.data!).toString())).toMatchObject({ jobId: second, behind: first });
+    expect(
+      heldHistory.filter((e) => e.activityTaskScheduledEventAttributes || e.markerRecordedEventAttributes),
+    ).toEqual([]);
     const view = await json(stack.api(`/v1/deliveries/${second}`));
     expect(view).toMatchObject({ status: 'queued', waitingFor: first, sequence: 2, attempts: [] });
     expect(await attemptRows(stack, second)).toEqual([]);
@@ -107,6 +115,12 @@ describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time
       events.filter((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'wake'),
     ).not.toEqual([]);
     expect(events.filter((e) => e.timerFiredEventAttributes)).toEqual([]);
+    // Its one attempt call came after the wake.
+    const wakeAt = events.findIndex((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'wake');
+    const callAt = events.findIndex(
+      (e) => e.activityTaskScheduledEventAttributes || e.markerRecordedEventAttributes,
+    );
+    expect(callAt).toBeGreaterThan(wakeAt);
     expect(events[0]!.workflowExecutionStartedEventAttributes!.workflowType!.name).toBe(
       kind === 'lean' ? 'deliveryWorkflowLean' : 'deliveryWorkflow',
     );

@@ -539,23 +539,26 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       o_suspect: boolean;
       o_granted: string[];
       o_unknown: boolean;
-    }>('SELECT * FROM outbox_attempt_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)', [
-      input.jobId,
-      n,
-      input.now,
-      ctx.config_row_id,
-      early,
-      target ?? null,
-      holderOf(input.jobId, n),
-      ctx.tenant_id,
-      input.lane === 'fast',
-      target ? deps.slots.capacityOf(target) : slotSettings.capacity,
-      slotSettings.leaseMs,
-      slotSettings.waitMs,
-      slotSettings.grantMs,
-      slotSettings.suspectMs,
-      input.local ? slotSettings.knownMs : null,
-    ]);
+    }>(
+      'SELECT * FROM outbox_attempt_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)',
+      [
+        input.jobId,
+        n,
+        input.now,
+        ctx.config_row_id,
+        early,
+        target ?? null,
+        holderOf(input.jobId, n),
+        ctx.tenant_id,
+        input.lane === 'fast',
+        target ? deps.slots.capacityOf(target) : slotSettings.capacity,
+        slotSettings.leaseMs,
+        slotSettings.waitMs,
+        slotSettings.grantMs,
+        slotSettings.suspectMs,
+        input.local ? slotSettings.knownMs : null,
+      ],
+    );
     const b = begun.rows[0]!;
     wakeLater(b.o_granted);
     // A local call to a target not known to answer: out of the workflow task, as a normal activity.

@@ -128,9 +128,7 @@ it('soft grants never let more than the bound on the wire, however many newcomer
   const target = 'race:443';
   for (let i = 0; i < 3; i++) expect((await s.acquire(target, `h${i}`, 't', 'push')).acquired).toBe(true);
   for (let i = 0; i < 6; i++) expect((await s.acquire(target, `w${i}`, 'u', 'push')).acquired).toBe(false);
-  const granted = (
-    await Promise.all([0, 1, 2].map((i) => s.release(target, `h${i}`, 'healthy')))
-  ).flat();
+  const granted = (await Promise.all([0, 1, 2].map((i) => s.release(target, `h${i}`, 'healthy')))).flat();
   expect(granted).toHaveLength(3);
   // The three grantees and twenty newcomers all at once.
   const all = [...granted, ...Array.from({ length: 20 }, (_, i) => `n${i}`)];

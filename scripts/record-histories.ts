@@ -152,26 +152,26 @@ async function main() {
       ['redirect', '/302', 'failed'],
       ['expired', '/retry-after-60', 'expired'],
     ];
-    if (LEAN) {
-      // The lean type attempts locally only at a target that answered a 2xx lately: one delivery
-      // (not saved) makes the receiver known, so the histories below have their attempts as markers.
+    {
+      // The fast lane takes only targets that answered a 2xx lately: one delivery (not saved) makes
+      // the receiver known, so the histories below have their first attempts in the fast lane.
       const warm = await delivery('warm-up', '/ok');
       const r = await resultOf(makeDeliveryWorkflowId(warm.jobs[0]!));
       if (r.status !== 'delivered') throw new Error(`warm-up: ${r.status}`);
-      // ...and the first contact with a target: the local attempt answers `remote` untried, and the
-      // attempt runs as a normal activity.
+      // ...and the first contact with a target: the fast lane's call answers `slow` untried, and the
+      // attempt runs in the slow lane.
       const fresh = await startReceiver({ script: () => ({ status: 200 }) });
       try {
-        const taskId = 'task-remote';
+        const taskId = 'task-first-contact';
         await createConfig(stack, taskId, {
-          id: 'cfg-remote',
+          id: 'cfg-first-contact',
           url: fresh.url,
           authentication: { scheme: 'Bearer', credentials: CREDENTIAL },
         });
         const ev = await writeEvent(stack, taskId, {
           statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' }, metadata: { mark: BODY_MARK } },
         });
-        await finish('remote', ev.deliveries[0]!.id, 'delivered');
+        await finish('first-contact', ev.deliveries[0]!.id, 'delivered');
       } finally {
         await fresh.close();
       }

@@ -35,13 +35,6 @@ export interface AttemptInput {
    * takes its slot wherever it runs, as that workflow cannot move.
    */
   lane?: 'slow' | 'fast';
-  /**
-   * The call is the lean type's local activity (it holds its workflow task until it answers): a target
-   * without a recent 2xx, or in the slow lane, is not tried here; the answer says where to go
-   * (`remote`, or `lane: 'slow'`). Absent: the call tries any target (a normal activity, or a lean run
-   * from before this field, which does not know `remote`).
-   */
-  local?: boolean;
 }
 
 export interface AttemptOutput {
@@ -61,11 +54,6 @@ export interface AttemptOutput {
   waitingForSlot?: string;
   /** The next call belongs in the slow lane: its target recently timed out, refused or was slow. */
   lane?: 'slow';
-  /**
-   * Only to a call made with `local`: its target has no recent 2xx, so the attempt goes as a normal,
-   * heartbeated activity (no attempt used here). `waitMs` is 0.
-   */
-  remote?: true;
   /**
    * The job waits for this earlier delivery of its config to end (DELIVERY_ORDER=per_config): no
    * attempt used; the end of that delivery wakes it. A workflow that does not know it waits `waitMs`
@@ -556,19 +544,22 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
         slotSettings.waitMs,
         slotSettings.grantMs,
         slotSettings.suspectMs,
-        input.local ? slotSettings.knownMs : null,
+        // The fast lane is for targets that answered a 2xx lately (migration 016).
+        input.lane === 'fast' ? slotSettings.knownMs : null,
       ],
     );
     const b = begun.rows[0]!;
     wakeLater(b.o_granted);
-    // A local call to a target not known to answer: out of the workflow task, as a normal activity.
+    // A target without a recent 2xx (new, or gone quiet): no slot, no attempt here; the attempt goes to
+    // the slow lane, so first contacts with dead hosts never take the slots healthy targets need (and
+    // the lean type's local attempt never holds a workflow task for one). A 2xx there makes it known.
     if (b.o_unknown)
       return {
         status: ctx.status,
         attempts: ctx.attempt_count,
         ...(ctx.reason ? { reason: ctx.reason } : {}),
         waitMs: 0,
-        remote: true,
+        lane: 'slow',
       };
     if (target) {
       const inSlowLane = input.lane === 'slow';

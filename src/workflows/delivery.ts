@@ -96,11 +96,8 @@ const { attemptDelivery: attemptLocally } = proxyLocalActivities<DeliveryActivit
  */
 export async function deliveryWorkflowLean({ jobId, behind, until }: DeliveryInput): Promise<DeliveryResult> {
   return deliveryLoop(jobId, behind ? { id: behind, until } : undefined, {
-    fast: (summary, input) => attemptLocally.executeWithOptions({ summary }, [{ ...input, local: true }]),
+    fast: (summary, input) => attemptLocally.executeWithOptions({ summary }, [input]),
     slow: slowLane(),
-    // A target without a recent 2xx: the fast lane's attempt as a normal, heartbeated activity (the
-    // local one answered `remote` without trying), so a dead host never holds a workflow task.
-    remote: (summary, input) => attemptDelivery.executeWithOptions({ summary }, [input]),
   });
 }
 
@@ -112,7 +109,7 @@ export async function deliveryWorkflowLean({ jobId, behind, until }: DeliveryInp
 async function deliveryLoop(
   jobId: string,
   behind: { id: string; until?: number | undefined } | undefined,
-  lanes: { fast: AttemptCall; slow: AttemptCall; remote?: AttemptCall },
+  lanes: { fast: AttemptCall; slow: AttemptCall },
 ): Promise<DeliveryResult> {
   let woken = false;
   const state: DeliveryState = { status: 'queued', attempts: 0 };
@@ -125,8 +122,6 @@ async function deliveryLoop(
   let maxAttempts: number | undefined;
   let lastStatus = 'queued';
   let lane: 'slow' | undefined;
-  // Once a local attempt answered `remote`, this job's fast-lane attempts stay normal activities.
-  let remote = false;
   if (behind) {
     // Written behind an unfinished job of its config: that one's end wakes this run (no activity until
     // then); by its deadline at the latest, the activity ends it `expired`.
@@ -156,16 +151,7 @@ async function deliveryLoop(
       lane: lane ?? 'fast',
     };
     const r: AttemptOutput =
-      lane === 'slow'
-        ? await lanes.slow(`${plan} (slow lane)`, input)
-        : remote && lanes.remote
-          ? await lanes.remote(plan, input)
-          : await lanes.fast(plan, input);
-    if (r.remote) {
-      // Nothing was tried: the same attempt again, outside the workflow task.
-      remote = true;
-      continue;
-    }
+      lane === 'slow' ? await lanes.slow(`${plan} (slow lane)`, input) : await lanes.fast(plan, input);
     lane = r.lane;
     if (lane) state.lane = lane;
     else delete state.lane;

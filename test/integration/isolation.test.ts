@@ -7,6 +7,7 @@ import {
   eventually,
   jobRow,
   json,
+  markTargetAnswered,
   startStack,
   writeEvent,
   type Stack,
@@ -254,6 +255,8 @@ describe('host isolation (bound 2, dev server)', () => {
     try {
       let n = 0;
       target.setScript(() => (++n === 1 ? { hang: true } : { status: 200 }));
+      // It answered lately (its first attempt runs in the fast lane), then it hangs once.
+      await markTargetAnswered(lanes.tdb.db, target.url);
       await createConfig(lanes, 'iso-lane', { id: 'c', url: target.url });
       const write = async () =>
         (

@@ -55,9 +55,9 @@ const deliverOne = async (on: Stack, taskId: string, url: string) => {
   return jobId;
 };
 
-it('the first delivery to a target without a recent 2xx runs its attempt as a normal activity; once the target answered, a delivery is a local attempt in 7 history events', async () => {
+it('the first delivery to a target without a recent 2xx runs its attempt in the slow lane; once the target answered, a delivery is a local attempt in 7 history events', async () => {
   receiver.setScript(() => ({ status: 200 }));
-  // Unknown target: the local attempt answers `remote` untried (a marker), the attempt is an activity.
+  // Unknown target: the local call answers `slow` untried (a marker), the attempt runs in the slow lane.
   const first = await deliverOne(stack, 'lean-0', receiver.url);
   expect(await typeOf(first)).toBe('deliveryWorkflowLean');
   expect(await eventTypes(first)).toEqual([
@@ -75,7 +75,9 @@ it('the first delivery to a target without a recent 2xx runs its attempt as a no
     'EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES',
     'EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED',
   ]);
-  // The activity's attempt carries the same number: one attempt, not two.
+  const scheduled = (await history(first)).find((e) => e.activityTaskScheduledEventAttributes)!;
+  expect(scheduled.activityTaskScheduledEventAttributes!.taskQueue!.name).toBe(`${queue}-slow`);
+  // The slow lane's attempt carries the same number: one attempt, not two.
   expect(await json(stack.api(`/v1/deliveries/${first}`))).toMatchObject({
     status: 'delivered',
     attempts: [{ n: 1, outcome: 'delivered', httpStatus: 200 }],
@@ -100,7 +102,7 @@ it('the first delivery to a target without a recent 2xx runs its attempt as a no
   });
 });
 
-it('a target that never answered (a black hole) never holds a workflow task: each attempt to it is a heartbeated activity', async () => {
+it('a target that never answered (a black hole) never holds a workflow task: its attempt is a heartbeated activity in the slow lane', async () => {
   const hole = await startReceiver({ script: () => ({ hang: true }) });
   try {
     await createConfig(stack, 'lean-hole', { id: 'c', url: hole.url });
@@ -113,6 +115,8 @@ it('a target that never answered (a black hole) never holds a workflow task: eac
     // task that decided so has completed.
     const types = await eventTypes(jobId);
     expect(types).toContain('EVENT_TYPE_ACTIVITY_TASK_SCHEDULED');
+    const scheduled = (await history(jobId)).find((e) => e.activityTaskScheduledEventAttributes)!;
+    expect(scheduled.activityTaskScheduledEventAttributes!.taskQueue!.name).toBe(`${queue}-slow`);
     const pending = (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).describe()).raw
       .pendingActivities;
     expect(pending?.map((a) => proto.api.enums.v1.PendingActivityState[a.state!])).toEqual([

@@ -60,8 +60,9 @@ it.each(['classic', 'lean'] as const)(
             logger,
           });
     const stack = own ?? shared;
-    // lean: a target that answered lately, so the attempt is the local activity this test is about.
-    if (own) await markTargetAnswered(own.tdb.db, receiver.url);
+    // A target that answered lately, so the attempt runs in the fast lane (lean: the local activity
+    // this test is about).
+    await markTargetAnswered(stack.tdb.db, receiver.url);
     const task = `task-rid-${kind}`;
     const rid = `req-event-42-${kind}`;
     try {

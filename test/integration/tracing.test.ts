@@ -12,7 +12,15 @@ import { createLogger } from '../../src/logger';
 import { flushTracing, shutdownTracing, startTracing, temporalWorkerTracing } from '../../src/tracing';
 import { startTestAgent, type TestAgent } from '../helpers/agent';
 import { ROOT, writeWorkflowBundle } from '../helpers/global-setup';
-import { connectDevServer, createConfig, eventually, json, startStack, type Stack } from '../helpers/harness';
+import {
+  connectDevServer,
+  createConfig,
+  eventually,
+  json,
+  markTargetAnswered,
+  startStack,
+  type Stack,
+} from '../helpers/harness';
 import { SPAN_KIND, startOtlpReceiver, type ExportedSpan, type OtlpReceiver } from '../helpers/otlp';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 import { makeTestTls } from '../helpers/tls';
@@ -59,6 +67,8 @@ beforeAll(async () => {
     workflowBundle: bundle,
     logger: createLogger('debug', 'a2a-push', sink),
   });
+  // A receiver that answered lately: the attempts run in the fast lane.
+  await markTargetAnswered(stack.tdb.db, receiver.url);
 });
 afterAll(async () => {
   await stack?.close();

@@ -40,6 +40,7 @@ it('holds one history per outcome of both workflows', () => {
       'delivery-order-wait',
       // Written behind an unfinished job of its config: started knowing so, no attempt call until woken.
       'delivery-order-behind',
+      'delivery-first-contact',
       // The lean type (DELIVERY_WORKFLOW=lean, issue 21): the fast-lane attempt a local activity.
       'delivery-lean-delivered',
       'delivery-lean-delivered-after-retry',
@@ -47,8 +48,8 @@ it('holds one history per outcome of both workflows', () => {
       'delivery-lean-order-behind',
       'delivery-lean-slot-wait',
       'delivery-lean-slow-lane',
-      // A first contact: the local attempt answered `remote` untried, the attempt ran as an activity.
-      'delivery-lean-remote',
+      // A first contact: the fast lane's call answered `slow` untried, the attempt ran in the slow lane.
+      'delivery-lean-first-contact',
       'registration-separate-resolved',
       'registration-embedded-resolved',
       'registration-failed-not-found',
@@ -71,10 +72,16 @@ it("the lean type's histories are of its own workflow type, a first-try delivery
       type: f.startsWith('delivery-lean-') ? 'deliveryWorkflowLean' : 'deliveryWorkflow',
     });
   expect((load('delivery-lean-delivered.json') as { events: unknown[] }).events).toHaveLength(7);
-  // The first contact's shape: the untried local attempt's marker, then the attempt as an activity.
-  const remote = (load('delivery-lean-remote.json') as { events: Array<Record<string, unknown>> }).events;
-  expect(remote.filter((e) => e.markerRecordedEventAttributes)).toHaveLength(1);
-  expect(remote.filter((e) => e.activityTaskScheduledEventAttributes)).toHaveLength(1);
+  // A first contact (lean): the untried local call's marker, then the attempt in the slow lane.
+  const first = (load('delivery-lean-first-contact.json') as { events: Array<Record<string, unknown>> })
+    .events;
+  expect(first.filter((e) => e.markerRecordedEventAttributes)).toHaveLength(1);
+  expect(
+    first.flatMap((e) => {
+      const a = e.activityTaskScheduledEventAttributes as { taskQueue: { name: string } } | undefined;
+      return a ? [a.taskQueue.name.endsWith('-slow')] : [];
+    }),
+  ).toEqual([true]);
 });
 
 it('no saved history carries a credential, an Authorization header or an event body', () => {

@@ -10,6 +10,7 @@ import {
   eventually,
   jobRow,
   json,
+  markTargetAnswered,
   startStack,
   writeEvent,
   type Stack,
@@ -56,6 +57,9 @@ async function scenario(
     ...(o.apiEnv ? { apiEnv: o.apiEnv } : {}),
     ...(o.resolver ? { resolver: o.resolver } : {}),
   });
+  // A receiver that answered lately: the first attempt runs in the fast lane, as for any known target
+  // (a first contact goes to the slow lane: test/integration/lean.test.ts, the slow-lane tests).
+  await markTargetAnswered(stack.tdb.db, o.config?.url ? String(o.config.url) : receiver.url);
   const taskId = `task-${queue}`;
   const config = await createConfig(stack, taskId, {
     id: 'cfg',

@@ -1,10 +1,11 @@
--- The lean type's fast lane (issue 21) runs an attempt as a local activity, which keeps its workflow
--- task (and the worker's workflow task slot) until the POST answers: up to DELIVERY_TIMEOUT at a dead
--- host. Benchmark 9 (b) saw 50 new dead hosts × 8 such attempts hold 400 workflow task slots for 15 s,
--- stalling every other workflow on the worker. So a local attempt is only made to a target known to
--- answer: one with a 2xx within `p_known_ms`. Any other target is refused before its slot, with no
--- attempt used, and the workflow runs that attempt as a normal, heartbeated activity instead (it holds
--- an activity slot, like the classic type's).
+-- The fast lane is for targets known to answer (issues 19, 21). A first contact with a dead host used
+-- to run in the fast lane for one DELIVERY_TIMEOUT before the timeout marked it for the slow lane: 50
+-- new dead hosts × 8 such attempts took the classic type's 200 activity slots for 15 s (benchmark 9
+-- (b), quick), and as the lean type's local activities, which keep their workflow task until the POST
+-- answers, 400 of 300 workflow task slots. So a fast-lane call takes a slot only at a target with a 2xx
+-- within `p_known_ms`; any other target is refused before its slot, with no attempt used, and the
+-- attempt runs in the slow lane (its own task queue and bounded worker slots), where a 2xx makes the
+-- target known.
 
 -- When the target last answered a 2xx (moved at most once a minute: the row is every call's lock).
 ALTER TABLE outbound_targets ADD COLUMN healthy_at timestamptz;
@@ -30,9 +31,9 @@ BEGIN
   RETURN QUERY SELECT outbound_grant(p_target, p_capacity, p_grant_ms);
 END $$;
 
--- outbox_attempt_begin for a local attempt (`p_known_ms` not null): a target in the slow lane, or
--- without a 2xx within `p_known_ms`, takes no slot and no place and starts nothing (`o_unknown`, or
--- `o_suspect`); the caller moves the attempt out of the workflow task. Otherwise as before.
+-- outbox_attempt_begin for a fast-lane call (`p_known_ms` not null): a target in the slow lane, or
+-- without a 2xx within `p_known_ms`, takes no slot and no place and starts nothing (`o_suspect`, or
+-- `o_unknown`); the caller moves the attempt to the slow lane. Otherwise as before.
 CREATE FUNCTION outbox_attempt_begin(
   p_job uuid, p_n integer, p_now_ms bigint, p_config bigint, p_early boolean,
   p_target text, p_holder text, p_tenant text, p_refuse_suspect boolean,

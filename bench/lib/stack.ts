@@ -254,16 +254,27 @@ export async function startServices(o: {
       started.push(inboxProc);
       pending.push(ready(inboxProc.url, inbox, 'inbox', log('inbox'), '/healthz'));
     }
-    if (o.start?.workers !== false)
-      for (let i = workers.length; i < (o.workers ?? 1); i++) {
+    const workerStarts: Array<Promise<ServiceProc>> = [];
+    if (o.start?.workers !== false) {
+      const spawnWorker = async (i: number, tries: number): Promise<ServiceProc> => {
         const port = await freePort();
         const w = spawnService('worker', { ...base, WORKER_PORT: String(port) }, log(`worker${i}`));
         const wp: ServiceProc = { kind: 'worker', pid: w.pid!, url: `http://127.0.0.1:${port}`, child: w };
-        workers.push(wp);
         started.push(wp);
-        pending.push(ready(wp.url, w, `worker ${i}`, log(`worker${i}`)));
-      }
+        try {
+          await ready(wp.url, w, `worker ${i}`, log(`worker${i}`));
+          return wp;
+        } catch (err) {
+          // The free port was taken between the probe and the worker's listen (a scenario's many
+          // outgoing connections take ephemeral ports): another port.
+          if (tries > 1 && /EADDRINUSE/.test((err as Error).message)) return spawnWorker(i, tries - 1);
+          throw err;
+        }
+      };
+      for (let i = workers.length; i < (o.workers ?? 1); i++) workerStarts.push(spawnWorker(i, 3));
+    }
     await Promise.all(pending);
+    workers.push(...(await Promise.all(workerStarts)));
     return {
       api: apiProc,
       inbox: inboxProc ?? apiProc,

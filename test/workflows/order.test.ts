@@ -83,7 +83,8 @@ describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time
       status: 'queued',
       attempts: 0,
       waitingFor: first,
-      nextAttemptInMs: 30_000,
+      // Started behind it: the wait for its wake, bounded by the 5 min recheck (and its deadline).
+      nextAttemptInMs: 300_000,
     });
     expect(await timerSummaries(wf)).toEqual([held]);
     // Written behind the first one, it was started knowing so: no attempt call while it waits (no
@@ -109,7 +110,7 @@ describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time
       [first, '1'],
       [second, '2'],
     ]);
-    // Woken by the first one's end, not by its own recheck: a `wake` signal, and the 30 s timer never fired.
+    // Woken by the first one's end, not by its own recheck: a `wake` signal, and the recheck timer never fired.
     const events = (await env.client.workflow.getHandle(wf).fetchHistory()).events ?? [];
     expect(
       events.filter((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'wake'),

@@ -112,11 +112,12 @@ async function main() {
   const base = receiver.url.replace(/\/hook$/, '');
   try {
     // ---- delivery workflows, one per outcome
-    const delivery = async (name: string, p: string, events = 1) => {
+    // `at`: the receiver's base URL (another receiver's for a first contact).
+    const delivery = async (name: string, p: string, events = 1, at = base) => {
       const taskId = `task-${name}`;
       await createConfig(stack, taskId, {
         id: `cfg-${name}`,
-        url: `${base}${p}`,
+        url: `${at}${p}`,
         authentication: { scheme: 'Bearer', credentials: CREDENTIAL },
       });
       const jobs: string[] = [];
@@ -162,16 +163,8 @@ async function main() {
       // attempt runs in the slow lane.
       const fresh = await startReceiver({ script: () => ({ status: 200 }) });
       try {
-        const taskId = 'task-first-contact';
-        await createConfig(stack, taskId, {
-          id: 'cfg-first-contact',
-          url: fresh.url,
-          authentication: { scheme: 'Bearer', credentials: CREDENTIAL },
-        });
-        const ev = await writeEvent(stack, taskId, {
-          statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' }, metadata: { mark: BODY_MARK } },
-        });
-        await finish('first-contact', ev.deliveries[0]!.id, 'delivered');
+        const d = await delivery('first-contact', '/ok', 1, fresh.url.replace(/\/hook$/, ''));
+        await finish('first-contact', d.jobs[0]!, 'delivered');
       } finally {
         await fresh.close();
       }

@@ -162,6 +162,59 @@ async function stagesOf(
   pg: PgClient,
   sent: Map<string, number>,
 ): Promise<Record<string, number>> {
+  const rows = await eventRows(pg, sent);
+  const stages: Record<string, number[]> = {
+    'sent→written': [],
+    'written→started': [],
+    'started→attempt': [],
+    'attempt→seen': [],
+  };
+  for (const x of rows) {
+    const t0 = sent.get(x.id)!;
+    const seen = ctx.receiver.delivered.get(x.id);
+    stages['sent→written']!.push(Number(x.created) - t0);
+    if (x.dispatched !== null) stages['written→started']!.push(Number(x.dispatched) - Number(x.created));
+    if (x.dispatched !== null && x.started !== null)
+      stages['started→attempt']!.push(Number(x.started) - Number(x.dispatched));
+    if (x.started !== null && seen !== undefined) stages['attempt→seen']!.push(seen - Number(x.started));
+  }
+  const out: Record<string, number> = {};
+  for (const [k, v] of Object.entries(stages)) {
+    out[`${k} p50`] = round(percentile(v, 50));
+    out[`${k} p90`] = round(percentile(v, 90));
+  }
+  return out;
+}
+
+/**
+ * The `k` slowest events of a stream, each as "+offset s: total ms (written, started, attempt, seen
+ * ms after the one before)", offset from the stream's first write: a diagnostic of what a p99 is made
+ * of (a stage, and whether the slow ones come in waves).
+ */
+async function slowest(ctx: BenchContext, pg: PgClient, sent: Map<string, number>, k: number): Promise<string> {
+  const rows = await eventRows(pg, sent);
+  const first = Math.min(...sent.values());
+  const d = (a: number | null, b: number | null) => (a === null || b === null ? '?' : String(round(a - b)));
+  return rows
+    .map((x) => {
+      const t0 = sent.get(x.id)!;
+      const seen = ctx.receiver.delivered.get(x.id) ?? null;
+      const created = Number(x.created);
+      const dispatched = x.dispatched === null ? null : Number(x.dispatched);
+      const started = x.started === null ? null : Number(x.started);
+      return { total: seen === null ? Infinity : seen - t0, t0, created, dispatched, started, seen };
+    })
+    .sort((a, b) => b.total - a.total)
+    .slice(0, k)
+    .map(
+      (e) =>
+        `+${round((e.t0 - first) / 1000)} s: ${round(e.total)} ms (${d(e.created, e.t0)}, ${d(e.dispatched, e.created)}, ${d(e.started, e.dispatched)}, ${d(e.seen, e.started)})`,
+    )
+    .join('; ');
+}
+
+/** Each stream event's job times (epoch ms): written, workflow started, first attempt started. */
+async function eventRows(pg: PgClient, sent: Map<string, number>) {
   const r = await pg.query<{
     id: string;
     created: number;
@@ -177,27 +230,7 @@ async function stagesOf(
       WHERE substring(e.body FROM '"bench":"([^"]+)"') = ANY($1::text[])`,
     [[...sent.keys()]],
   );
-  const stages: Record<string, number[]> = {
-    'sent→written': [],
-    'written→started': [],
-    'started→attempt': [],
-    'attempt→seen': [],
-  };
-  for (const x of r.rows) {
-    const t0 = sent.get(x.id)!;
-    const seen = ctx.receiver.delivered.get(x.id);
-    stages['sent→written']!.push(Number(x.created) - t0);
-    if (x.dispatched !== null) stages['written→started']!.push(Number(x.dispatched) - Number(x.created));
-    if (x.dispatched !== null && x.started !== null)
-      stages['started→attempt']!.push(Number(x.started) - Number(x.dispatched));
-    if (x.started !== null && seen !== undefined) stages['attempt→seen']!.push(seen - Number(x.started));
-  }
-  const out: Record<string, number> = {};
-  for (const [k, v] of Object.entries(stages)) {
-    out[`${k} p50`] = round(percentile(v, 50));
-    out[`${k} p90`] = round(percentile(v, 90));
-  }
-  return out;
+  return r.rows;
 }
 
 /** Job counts by status for the run's tasks of one tenant (`a` or `b`). */
@@ -323,7 +356,9 @@ async function hostScenario(ctx: BenchContext, s: HostScenario, streamS: number,
     final = await statusCounts(pg, runId, 'a');
     const allFinalS = round((Date.now() - recoveredAt) / 1000);
     const healthyJobs = await statusCounts(pg, runId, 'b');
+    const healthySlowest = await slowest(ctx, pg, sent, 12);
     return {
+      healthySlowest,
       healthy: healthy.lat,
       healthyAfterFirst10s: healthy.afterFirst10s,
       healthyUndelivered: healthy.undelivered,
@@ -536,7 +571,8 @@ export const isolationBenchmark: Benchmark = {
         `${s.label}: ${r.jobs} jobs of tenant A over ${s.hosts.length} host(s) (${s.perHost} configs each, written in ${r.writtenS} s)` +
           `${s.refill ? `, each config's next event written when the host answered one (${r.refills} more, ${r.refillFailures} refused)` : ''}; ` +
           `healthy stream: ${r.healthySent} events, ${r.healthyUndelivered} undelivered, ${r.healthyFailedWrites} writes refused, all seen ${r.heldAfterStreamS} s after it ended; ` +
-          `host(s) received ${r.requestsWhileBad} requests before recovering (${r.rate.count} in the first ${r.rate.windowS} s); final statuses ${JSON.stringify(r.final)}.`,
+          `host(s) received ${r.requestsWhileBad} requests before recovering (${r.rate.count} in the first ${r.rate.windowS} s); final statuses ${JSON.stringify(r.final)}. ` +
+          `Slowest healthy events (offset in the stream: total ms (written, → started, → attempt, → seen)): ${r.healthySlowest}.`,
       );
     }
 

@@ -29,6 +29,12 @@ export interface DispatcherOptions {
    * Temporal rejects the second).
    */
   directLeaseMs?: number;
+  /**
+   * How many of the `concurrency` direct starts one tenant may have in flight (default half): a
+   * tenant's burst of writes leaves the rest to other tenants' writes, whose jobs then start at once
+   * instead of waiting for a claim run behind the burst's batch.
+   */
+  directPerTenant?: number;
   /** The attempt plan shown in each delivery workflow's static details. */
   plan?: string;
   /** DELIVERY_WORKFLOW: the workflow type every start (direct, claim, sweep, a `:retry`'s job) uses. */
@@ -45,7 +51,8 @@ export interface DispatcherOptions {
  * - direct (`startNow`): an event write's own jobs, started as soon as the write commits, without
  *   another query first: the idle path, where latency counts. The write leased the jobs (see
  *   `directLease`), so no claim run starts them meanwhile. Used while fewer than `concurrency` direct
- *   starts are in flight and the last one did not fail; otherwise the write only kicks the claim run.
+ *   starts are in flight, fewer than `directPerTenant` of them the writing tenant's, and the last one
+ *   did not fail; otherwise the write only kicks the claim run.
  * - claim (`kick`, and every SWEEP_INTERVAL): claims committed, unleased jobs round robin by
  *   tenant, each tenant's in commit order, in batches, `concurrency` starts at a time. It carries
  *   load and picks up any start lost in a crash or refused by Temporal (a direct start's lease
@@ -57,6 +64,7 @@ export class Dispatcher {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   private directInFlight = 0;
+  private readonly directByTenant = new Map<string, number>();
   private directFailed = false;
   private toMark: Array<{ id: string; behind?: string | undefined }> = [];
   private marking: Promise<void> | undefined;
@@ -65,12 +73,14 @@ export class Dispatcher {
   readonly batchSize: number;
   readonly leaseMs: number;
   readonly directLeaseMs: number;
+  readonly directPerTenant: number;
 
   constructor(private readonly o: DispatcherOptions) {
     this.concurrency = o.concurrency ?? 32;
     this.batchSize = o.batchSize ?? 256;
     this.leaseMs = o.leaseMs ?? 60_000;
     this.directLeaseMs = o.directLeaseMs ?? 5_000;
+    this.directPerTenant = Math.max(1, o.directPerTenant ?? Math.floor(this.concurrency / 2));
   }
 
   start(): void {
@@ -112,10 +122,12 @@ export class Dispatcher {
 
   /**
    * The lease an event write puts on its new jobs when they will be started directly, or undefined
-   * when the claim run should take them (direct starts saturated or failing).
+   * when the claim run should take them (direct starts saturated or failing, or the tenant's share of
+   * them taken).
    */
-  directLease(): number | undefined {
+  directLease(tenantId: string): number | undefined {
     if (this.stopped || this.directFailed || this.directInFlight >= this.concurrency) return undefined;
+    if ((this.directByTenant.get(tenantId) ?? 0) >= this.directPerTenant) return undefined;
     return this.directLeaseMs;
   }
 
@@ -127,6 +139,7 @@ export class Dispatcher {
     traceparent?: string,
   ): void {
     this.directInFlight += jobs.length;
+    this.directByTenant.set(tenantId, (this.directByTenant.get(tenantId) ?? 0) + jobs.length);
     for (const j of jobs) {
       const run = this.startJob(
         {
@@ -158,6 +171,9 @@ export class Dispatcher {
         )
         .finally(() => {
           this.directInFlight--;
+          const left = this.directByTenant.get(tenantId)! - 1;
+          if (left > 0) this.directByTenant.set(tenantId, left);
+          else this.directByTenant.delete(tenantId);
           this.directRuns.delete(run);
         });
       this.directRuns.add(run);

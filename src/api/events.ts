@@ -33,7 +33,7 @@ export function eventRoutes(deps: ApiDeps): Router {
         const body = rawMemberText(text!, 'streamResponse')!;
         const { tenantId } = callerOf(res);
         // Idle: this process starts the jobs itself once the write commits; busy: the claim run does.
-        const leaseMs = deps.dispatcher.directLease();
+        const leaseMs = deps.dispatcher.directLease(tenantId);
         // The request's trace context (tracing on): the jobs keep it, and their workflow starts join it.
         const traceparent = currentTraceparent();
         await writeOneStatement(deps, req, res, value, async (q) => {

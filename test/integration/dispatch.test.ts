@@ -121,7 +121,7 @@ it('a direct start Temporal refuses releases the lease at once; writes then go t
   try {
     const taskId = `refused-${crypto.randomUUID()}`;
     await createConfig(stack, taskId, { id: 'c1', url: receiver.url });
-    expect(away.directLease()).toBe(away.directLeaseMs);
+    expect(away.directLease('tenant-a')).toBe(away.directLeaseMs);
     const w = await writeLeased(taskId, away.directLeaseMs);
     const job = w.starts[0]!;
     away.startNow('tenant-a', taskId, w.starts);
@@ -133,7 +133,7 @@ it('a direct start Temporal refuses releases the lease at once; writes then go t
       3_000,
     );
     expect(released).toEqual({ leased: null, dispatched: false });
-    expect(away.directLease()).toBeUndefined();
+    expect(away.directLease('tenant-a')).toBeUndefined();
 
     // The service's own dispatcher (Temporal reachable) claims the released job and it is delivered.
     expect(await stack.dispatcher.runOnce()).toBe(1);
@@ -144,5 +144,43 @@ it('a direct start Temporal refuses releases the lease at once; writes then go t
   } finally {
     await away.stop();
     await connection.close().catch(() => undefined);
+  }
+});
+
+it("one tenant's direct starts take at most its share: another tenant's write still starts directly", async () => {
+  // 4 direct starts at a time, 2 per tenant.
+  const d = new Dispatcher({
+    db: stack.tdb.db,
+    client: temporal.client,
+    taskQueue: queue,
+    logger: pino({ level: 'silent' }),
+    sweepIntervalMs: 3_600_000,
+    concurrency: 4,
+  });
+  try {
+    expect(d.directPerTenant).toBe(2);
+    const taskA = `share-a-${crypto.randomUUID()}`;
+    await createConfig(stack, taskA, { id: 'c1', url: receiver.url });
+    await createConfig(stack, taskA, { id: 'c2', url: receiver.url });
+    expect(d.directLease('tenant-a')).toBe(d.directLeaseMs);
+    const w = await writeLeased(taskA, d.directLeaseMs);
+    expect(w.starts).toHaveLength(2);
+    d.startNow('tenant-a', taskA, w.starts);
+    // Its two starts are in flight (a start answers after at least one round trip to Temporal):
+    // tenant-a's share is taken, the others' is not, and the total (4) is not reached.
+    expect(d.directLease('tenant-a')).toBeUndefined();
+    expect(d.directLease('tenant-b')).toBe(d.directLeaseMs);
+    // Once they are started, tenant-a starts directly again.
+    await eventually(
+      async () => d.directLease('tenant-a'),
+      (l) => l === d.directLeaseMs,
+    );
+    for (const s of w.starts)
+      await eventually(
+        async () => (await jobRow(stack, s.id)).status,
+        (st) => st === 'delivered',
+      );
+  } finally {
+    await d.stop();
   }
 });

@@ -191,7 +191,12 @@ async function stagesOf(
  * ms after the one before)", offset from the stream's first write: a diagnostic of what a p99 is made
  * of (a stage, and whether the slow ones come in waves).
  */
-async function slowest(ctx: BenchContext, pg: PgClient, sent: Map<string, number>, k: number): Promise<string> {
+async function slowest(
+  ctx: BenchContext,
+  pg: PgClient,
+  sent: Map<string, number>,
+  k: number,
+): Promise<string> {
   const rows = await eventRows(pg, sent);
   const first = Math.min(...sent.values());
   const d = (a: number | null, b: number | null) => (a === null || b === null ? '?' : String(round(a - b)));

@@ -159,12 +159,13 @@ async function main() {
       const warm = await delivery('warm-up', '/ok');
       const r = await resultOf(makeDeliveryWorkflowId(warm.jobs[0]!));
       if (r.status !== 'delivered') throw new Error(`warm-up: ${r.status}`);
-      // ...and the first contact with a target: the fast lane's call answers `slow` untried, and the
-      // attempt runs in the slow lane.
+      // ...and the first contact with a target: the dispatcher starts it in the slow lane (`lane` in
+      // its input), where its attempt runs. (`first-contact`, kept, is the shape before that hint: the
+      // fast lane's call answered `slow` untried, then the attempt ran in the slow lane.)
       const fresh = await startReceiver({ script: () => ({ status: 200 }) });
       try {
-        const d = await delivery('first-contact', '/ok', 1, fresh.url.replace(/\/hook$/, ''));
-        await finish('first-contact', d.jobs[0]!, 'delivered');
+        const d = await delivery('first-contact-hinted', '/ok', 1, fresh.url.replace(/\/hook$/, ''));
+        await finish('first-contact-hinted', d.jobs[0]!, 'delivered');
       } finally {
         await fresh.close();
       }
@@ -252,8 +253,13 @@ async function main() {
       await eventually(
         async () =>
           (
-            (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(waiter)).fetchHistory())
-              .events ?? []
+            (
+              await temporal.client.workflow
+                .getHandle(makeDeliveryWorkflowId(waiter))
+                .fetchHistory()
+                // Not started yet (the dispatcher's start is under way): no timer either.
+                .catch(() => ({ events: [] }))
+            ).events ?? []
           ).some((e) => e.timerStartedEventAttributes),
         (held) => held,
         60_000,

@@ -7,6 +7,8 @@ import { NativeConnection } from '@temporalio/worker';
 import { Gauge } from 'prom-client';
 import { createApiApp, type Probe } from './api/app';
 import { Dispatcher, heldCount, queuedCount } from './api/dispatcher';
+import { KnownTargets } from './api/known-targets';
+import { DEFAULT_SLOT_SETTINGS } from './db/slots';
 import { FeedNotifier } from './api/feed-notifier';
 import { createInboxApp } from './inbox/app';
 import { requireSettings } from './config';
@@ -104,6 +106,7 @@ export async function startApi(
     taskQueue: s.TASK_QUEUE,
     logger: rt.logger,
     sweepIntervalMs: s.SWEEP_INTERVAL,
+    knownTargets: new KnownTargets(rt.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
     workflow: s.DELIVERY_WORKFLOW,
     plan: describePlan({
       initialMs: s.RETRY_INITIAL,

@@ -72,6 +72,12 @@ export interface JobToStart {
   behind?: string;
   /** With `behind`: the job's deadline (epoch ms): the wait for the wake ends by then. */
   deadlineAt?: number;
+  /**
+   * `slow`: its target has not answered a 2xx lately or is suspect (the dispatcher's hint, src/api/
+   * known-targets.ts): the first attempt goes to the slow lane at once instead of asking the fast lane
+   * first. Never with `behind` (by its turn, the job ahead has told the target's health).
+   */
+  lane?: 'slow';
 }
 
 /** DELIVERY_WORKFLOW: which delivery workflow type new jobs start as. */
@@ -113,6 +119,7 @@ export async function startDeliveryWorkflow(
         {
           jobId: job.id,
           ...(job.behind ? { behind: job.behind, ...(job.deadlineAt ? { until: job.deadlineAt } : {}) } : {}),
+          ...(job.lane && !job.behind ? { lane: job.lane } : {}),
         },
       ],
       workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,

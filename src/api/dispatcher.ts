@@ -1,6 +1,8 @@
 import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import type { Db } from '../db/pool';
+import { targetField } from '../db/outbox';
+import type { KnownTargets } from './known-targets';
 import { hostOf } from '../ids';
 import { withRequestContext } from '../request-context';
 import { workflowStarts } from '../metrics';
@@ -35,6 +37,11 @@ export interface DispatcherOptions {
    * instead of waiting for a claim run behind the burst's batch.
    */
   directPerTenant?: number;
+  /**
+   * Which targets answered lately: a job to any other starts in the slow lane (src/api/known-targets.ts).
+   * Without it every job starts in the fast lane, whose attempt sends first contacts on.
+   */
+  knownTargets?: KnownTargets;
   /** The attempt plan shown in each delivery workflow's static details. */
   plan?: string;
   /** DELIVERY_WORKFLOW: the workflow type every start (direct, claim, sweep, a `:retry`'s job) uses. */
@@ -135,24 +142,38 @@ export class Dispatcher {
   startNow(
     tenantId: string,
     taskId: string,
-    jobs: Array<{ id: string; configId: string; host: string; behind?: string; deadlineAt?: number }>,
+    jobs: Array<{
+      id: string;
+      configId: string;
+      host: string;
+      target?: string;
+      behind?: string;
+      deadlineAt?: number;
+    }>,
     traceparent?: string,
   ): void {
     this.directInFlight += jobs.length;
     this.directByTenant.set(tenantId, (this.directByTenant.get(tenantId) ?? 0) + jobs.length);
+    const slow = this.slowLaneOf(jobs);
     for (const j of jobs) {
-      const run = this.startJob(
-        {
-          id: j.id,
-          tenantId,
-          taskId,
-          configId: j.configId,
-          host: j.host,
-          ...(j.behind ? { behind: j.behind, ...(j.deadlineAt ? { deadlineAt: j.deadlineAt } : {}) } : {}),
-        },
-        'direct',
-        traceparent,
-      )
+      const run = slow
+        .then((s) =>
+          this.startJob(
+            {
+              id: j.id,
+              tenantId,
+              taskId,
+              configId: j.configId,
+              host: j.host,
+              ...(j.behind
+                ? { behind: j.behind, ...(j.deadlineAt ? { deadlineAt: j.deadlineAt } : {}) }
+                : {}),
+              ...(j.target !== undefined && s.has(j.target) ? { lane: 'slow' as const } : {}),
+            },
+            'direct',
+            traceparent,
+          ),
+        )
         .then(
           () => {
             this.directFailed = false;
@@ -178,6 +199,16 @@ export class Dispatcher {
         });
       this.directRuns.add(run);
     }
+  }
+
+  /**
+   * The targets of these jobs whose first attempt goes to the slow lane (unknown or suspect; jobs
+   * `behind` another take their lane from its outcome, not from a hint).
+   */
+  private async slowLaneOf(jobs: Array<{ target?: string; behind?: string | null }>): Promise<Set<string>> {
+    const targets = jobs.filter((j) => !j.behind && j.target !== undefined).map((j) => j.target!);
+    if (!this.o.knownTargets || targets.length === 0) return new Set();
+    return this.o.knownTargets.slow(targets);
   }
 
   /**
@@ -354,6 +385,8 @@ export class Dispatcher {
       this.directFailed = false;
       return 0;
     }
+    const targets = new Map(jobs.map((j) => [j.id, targetField(j.url).target]));
+    const slow = await this.slowLaneOf(jobs.map((j) => ({ target: targets.get(j.id), behind: j.behind })));
     const started: string[] = [];
     let next = 0;
     let failure: unknown;
@@ -371,6 +404,7 @@ export class Dispatcher {
                 configId: j.config_id,
                 host: hostOf(j.url),
                 ...(j.behind ? { behind: j.behind, deadlineAt: Math.ceil(Number(j.deadline_ms)) } : {}),
+                ...(!j.behind && slow.has(targets.get(j.id) ?? '') ? { lane: 'slow' as const } : {}),
               },
               'claim',
               j.traceparent,

@@ -4,6 +4,7 @@ import { MASK } from '../sealing/keyring';
 import { hostOf, makeDeliveryWorkflowId } from '../ids';
 import { currentRequestId } from '../request-context';
 import type { LineJob } from '../delivery/order';
+import { targetOf } from './slots';
 
 export type ConfigStatus = 'active' | 'auth_failed' | 'stopped';
 export const UNFINISHED = ['queued', 'in_flight', 'waiting_retry'] as const;
@@ -119,6 +120,8 @@ export interface WrittenEvent {
     id: string;
     configId: string;
     host: string;
+    /** The target (`host:port`) its attempts go to: the dispatcher's lane hint reads it. */
+    target?: string;
     /** DELIVERY_ORDER=per_config: the unfinished earlier job of its config this one waits for. */
     behind?: string;
     /** With `behind`: the job's deadline (epoch ms, from the write's start; the row's is at most a little earlier). */
@@ -181,6 +184,7 @@ export async function writeEvent(
       id,
       configId: r.o_config_ids[i]!,
       host: hostOf(r.o_urls[i]!),
+      ...targetField(r.o_urls[i]!),
       ...(r.o_behind[i] ? { behind: r.o_behind[i]!, deadlineAt } : {}),
     })),
     superseded: r.o_superseded,
@@ -331,4 +335,13 @@ export async function lineAfter(db: Db | Tx, configRowId: string, seq: string | 
     [configRowId, String(seq)],
   );
   return r.rows.map((x) => ({ id: x.id, seq: BigInt(x.seq), status: x.status, openAttempt: false }));
+}
+
+/** `{ target }` of a config URL, or nothing for one that does not parse (no lane hint then). */
+export function targetField(url: string): { target?: string } {
+  try {
+    return { target: targetOf(url) };
+  } catch {
+    return {};
+  }
 }

@@ -36,6 +36,12 @@ export interface DeliveryInput {
   behind?: string;
   /** With `behind`: the job's deadline (epoch ms): the wait for the wake ends by then (to expire it). */
   until?: number;
+  /**
+   * `slow`: the dispatcher saw its target unknown (no 2xx lately) or suspect, so the first attempt
+   * goes to the slow lane at once: one activity and one workflow task fewer than asking the fast lane,
+   * which would answer `slow` untried. Absent in runs started before it.
+   */
+  lane?: 'slow';
 }
 
 /**
@@ -70,8 +76,13 @@ function slowLane(): AttemptCall {
 }
 
 /** One workflow per delivery job: one activity per attempt, a timer (cut short by `wake`) between them. */
-export async function deliveryWorkflow({ jobId, behind, until }: DeliveryInput): Promise<DeliveryResult> {
-  return deliveryLoop(jobId, behind ? { id: behind, until } : undefined, {
+export async function deliveryWorkflow({
+  jobId,
+  behind,
+  until,
+  lane,
+}: DeliveryInput): Promise<DeliveryResult> {
+  return deliveryLoop(jobId, behind ? { id: behind, until } : undefined, lane, {
     fast: (summary, input) => attemptDelivery.executeWithOptions({ summary }, [input]),
     slow: slowLane(),
   });
@@ -97,8 +108,13 @@ const { attemptDelivery: attemptLocally } = proxyLocalActivities<DeliveryActivit
  * activity (a first-try delivery is 7 history events instead of 12). The slow lane stays a normal,
  * heartbeated activity on its own task queue: a slow target never holds a workflow task slot.
  */
-export async function deliveryWorkflowLean({ jobId, behind, until }: DeliveryInput): Promise<DeliveryResult> {
-  return deliveryLoop(jobId, behind ? { id: behind, until } : undefined, {
+export async function deliveryWorkflowLean({
+  jobId,
+  behind,
+  until,
+  lane,
+}: DeliveryInput): Promise<DeliveryResult> {
+  return deliveryLoop(jobId, behind ? { id: behind, until } : undefined, lane, {
     fast: (summary, input) => attemptLocally.executeWithOptions({ summary }, [input]),
     slow: slowLane(),
   });
@@ -112,6 +128,7 @@ export async function deliveryWorkflowLean({ jobId, behind, until }: DeliveryInp
 async function deliveryLoop(
   jobId: string,
   behind: { id: string; until?: number | undefined } | undefined,
+  firstLane: 'slow' | undefined,
   lanes: { fast: AttemptCall; slow: AttemptCall },
 ): Promise<DeliveryResult> {
   let woken = false;
@@ -124,7 +141,8 @@ async function deliveryLoop(
   let attempt = 1;
   let maxAttempts: number | undefined;
   let lastStatus = 'queued';
-  let lane: 'slow' | undefined;
+  let lane: 'slow' | undefined = firstLane === 'slow' ? 'slow' : undefined;
+  if (lane) state.lane = lane;
   if (behind) {
     // Written behind an unfinished job of its config: that one's end wakes this run (no activity until
     // then); by its deadline at the latest, the activity ends it `expired`.

@@ -13,6 +13,7 @@ import {
 import { createApiApp } from '../../src/api/app';
 import type { ApiDeps } from '../../src/api/context';
 import { Dispatcher } from '../../src/api/dispatcher';
+import { KnownTargets } from '../../src/api/known-targets';
 import { FeedNotifier } from '../../src/api/feed-notifier';
 import { createInboxApp } from '../../src/inbox/app';
 import { loadSettings } from '../../src/config';
@@ -24,7 +25,7 @@ import type { Runtime } from '../../src/runtime';
 import { serviceReadiness } from '../../src/services';
 import { Keyring } from '../../src/sealing/keyring';
 import { makeDeliveryWorkflowId } from '../../src/ids';
-import { targetOf } from '../../src/db/slots';
+import { DEFAULT_SLOT_SETTINGS, targetOf } from '../../src/db/slots';
 import type { DeliveryResult } from '../../src/workflows/delivery';
 import { activityInterceptors, temporalLogForwarder, Workers } from '../../src/worker/worker';
 import { clientInterceptors, eagerStartClient } from '../../src/temporal';
@@ -161,6 +162,7 @@ export async function startStack(
     taskQueue,
     logger: silent,
     sweepIntervalMs: settings.SWEEP_INTERVAL,
+    knownTargets: new KnownTargets(tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
     workflow: apiSettings.DELIVERY_WORKFLOW,
     plan: describePlan({
       initialMs: settings.RETRY_INITIAL,
@@ -375,7 +377,11 @@ export async function workflowResult<T = unknown>(
     try {
       return (await client.workflow.getHandle(workflowId).result()) as T;
     } catch (err) {
-      if (!(err instanceof WorkflowNotFoundError) || Date.now() > until) throw err;
+      // Not started yet: the SDK says so as WorkflowNotFoundError, or (from the history long-poll that
+      // result() makes) as the server's bare NOT_FOUND.
+      const notFound =
+        err instanceof WorkflowNotFoundError || (err as { code?: unknown }).code === 5; /* NOT_FOUND */
+      if (!notFound || Date.now() > until) throw err;
       await new Promise((r) => setTimeout(r, 50));
     }
   }

@@ -8,6 +8,7 @@ import crypto from 'node:crypto';
 import { Client, Connection, defaultGrpcRetryOptions, makeGrpcRetryInterceptor } from '@temporalio/client';
 import pino from 'pino';
 import { Dispatcher } from '../../src/api/dispatcher';
+import { makeDeliveryWorkflowId } from '../../src/ids';
 import { writeEvent as writeOutbox } from '../../src/db/outbox';
 import { freePort } from '../helpers/test-services-port';
 import {
@@ -182,5 +183,48 @@ it("one tenant's direct starts take at most its share: another tenant's write st
       );
   } finally {
     await d.stop();
+  }
+});
+
+it("a job to a target without a recent 2xx starts in the slow lane on both paths; a known target's job in the fast lane", async () => {
+  const started = async (jobId: string) => {
+    await eventually(
+      async () => (await jobRow(stack, jobId)).status,
+      (s) => s === 'delivered',
+    );
+    const events =
+      (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).fetchHistory()).events ?? [];
+    const input = events[0]!.workflowExecutionStartedEventAttributes!.input!.payloads![0]!.data!;
+    return {
+      input: JSON.parse(Buffer.from(input).toString()) as unknown,
+      queue: events.find((e) => e.activityTaskScheduledEventAttributes)!.activityTaskScheduledEventAttributes!
+        .taskQueue!.name,
+    };
+  };
+  const direct = await startReceiver();
+  const claimed = await startReceiver();
+  try {
+    // Direct: a write to a receiver never seen before.
+    const t1 = `lane-direct-${crypto.randomUUID()}`;
+    await createConfig(stack, t1, { id: 'c', url: direct.url });
+    const j1 = (await writeEvent(stack, t1, status(t1))).deliveries[0]!.id;
+    expect(await started(j1)).toEqual({ input: { jobId: j1, lane: 'slow' }, queue: `${queue}-slow` });
+    // It answered 2xx: the next job to it starts in the fast lane (no hint in its input).
+    const j2 = (await writeEvent(stack, t1, status(t1))).deliveries[0]!.id;
+    expect(await started(j2)).toEqual({ input: { jobId: j2 }, queue });
+
+    // The claim run: a job whose direct start was lost, to another receiver never seen before.
+    const t2 = `lane-claim-${crypto.randomUUID()}`;
+    await createConfig(stack, t2, { id: 'c', url: claimed.url });
+    const j3 = (await writeLeased(t2, 30_000)).starts[0]!.id;
+    await stack.tdb.db.query(
+      `UPDATE delivery_jobs SET dispatch_lease = now() - interval '1 second' WHERE id = $1`,
+      [j3],
+    );
+    expect(await stack.dispatcher.runOnce()).toBe(1);
+    expect(await started(j3)).toEqual({ input: { jobId: j3, lane: 'slow' }, queue: `${queue}-slow` });
+  } finally {
+    await direct.close();
+    await claimed.close();
   }
 });

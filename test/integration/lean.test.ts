@@ -57,7 +57,8 @@ const deliverOne = async (on: Stack, taskId: string, url: string) => {
 
 it('the first delivery to a target without a recent 2xx runs its attempt in the slow lane; once the target answered, a delivery is a local attempt in 7 history events', async () => {
   receiver.setScript(() => ({ status: 200 }));
-  // Unknown target: the local call answers `slow` untried (a marker), the attempt runs in the slow lane.
+  // Unknown target: the dispatcher starts the job in the slow lane (its input says so), so no local
+  // call is made at all; the attempt runs as an activity on the slow lane's queue.
   const first = await deliverOne(stack, 'lean-0', receiver.url);
   expect(await typeOf(first)).toBe('deliveryWorkflowLean');
   expect(await eventTypes(first)).toEqual([
@@ -65,7 +66,6 @@ it('the first delivery to a target without a recent 2xx runs its attempt in the 
     'EVENT_TYPE_WORKFLOW_TASK_SCHEDULED',
     'EVENT_TYPE_WORKFLOW_TASK_STARTED',
     'EVENT_TYPE_WORKFLOW_TASK_COMPLETED',
-    'EVENT_TYPE_MARKER_RECORDED',
     'EVENT_TYPE_ACTIVITY_TASK_SCHEDULED',
     'EVENT_TYPE_ACTIVITY_TASK_STARTED',
     'EVENT_TYPE_ACTIVITY_TASK_COMPLETED',
@@ -75,6 +75,11 @@ it('the first delivery to a target without a recent 2xx runs its attempt in the 
     'EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES',
     'EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED',
   ]);
+  const started = (await history(first))[0]!.workflowExecutionStartedEventAttributes!;
+  expect(JSON.parse(Buffer.from(started.input!.payloads![0]!.data!).toString())).toEqual({
+    jobId: first,
+    lane: 'slow',
+  });
   const scheduled = (await history(first)).find((e) => e.activityTaskScheduledEventAttributes)!;
   expect(scheduled.activityTaskScheduledEventAttributes!.taskQueue!.name).toBe(`${queue}-slow`);
   // The slow lane's attempt carries the same number: one attempt, not two.

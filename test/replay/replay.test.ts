@@ -41,6 +41,8 @@ it('holds one history per outcome of both workflows', () => {
       // Written behind an unfinished job of its config: started knowing so, no attempt call until woken.
       'delivery-order-behind',
       'delivery-first-contact',
+      // The same after the dispatcher's lane hint: started in the slow lane, no fast-lane call first.
+      'delivery-first-contact-hinted',
       // The lean type (DELIVERY_WORKFLOW=lean, issue 21): the fast-lane attempt a local activity.
       'delivery-lean-delivered',
       'delivery-lean-delivered-after-retry',
@@ -50,6 +52,7 @@ it('holds one history per outcome of both workflows', () => {
       'delivery-lean-slow-lane',
       // A first contact: the fast lane's call answered `slow` untried, the attempt ran in the slow lane.
       'delivery-lean-first-contact',
+      'delivery-lean-first-contact-hinted',
       'registration-separate-resolved',
       'registration-embedded-resolved',
       'registration-failed-not-found',
@@ -82,6 +85,25 @@ it("the lean type's histories are of its own workflow type, a first-try delivery
       return a ? [a.taskQueue.name.endsWith('-slow')] : [];
     }),
   ).toEqual([true]);
+});
+
+it('a hinted first contact (both types) starts with `lane: "slow"` and makes no fast-lane call: one activity, in the slow lane', () => {
+  for (const f of ['delivery-first-contact-hinted.json', 'delivery-lean-first-contact-hinted.json']) {
+    const events = (load(f) as { events: Array<Record<string, unknown>> }).events;
+    const started = events[0]!.workflowExecutionStartedEventAttributes as {
+      input: { payloads: Array<{ data: string }> };
+    };
+    expect(JSON.parse(Buffer.from(started.input.payloads[0]!.data, 'base64').toString())).toMatchObject({
+      lane: 'slow',
+    });
+    expect(events.filter((e) => e.markerRecordedEventAttributes)).toHaveLength(0);
+    expect(
+      events.flatMap((e) => {
+        const a = e.activityTaskScheduledEventAttributes as { taskQueue: { name: string } } | undefined;
+        return a ? [a.taskQueue.name.endsWith('-slow')] : [];
+      }),
+    ).toEqual([true]);
+  }
 });
 
 it('no saved history carries a credential, an Authorization header or an event body', () => {

@@ -76,13 +76,8 @@ function slowLane(): AttemptCall {
 }
 
 /** One workflow per delivery job: one activity per attempt, a timer (cut short by `wake`) between them. */
-export async function deliveryWorkflow({
-  jobId,
-  behind,
-  until,
-  lane,
-}: DeliveryInput): Promise<DeliveryResult> {
-  return deliveryLoop(jobId, behind ? { id: behind, until } : undefined, lane, {
+export async function deliveryWorkflow(job: DeliveryInput): Promise<DeliveryResult> {
+  return deliveryLoop(job, {
     fast: (summary, input) => attemptDelivery.executeWithOptions({ summary }, [input]),
     slow: slowLane(),
   });
@@ -108,13 +103,8 @@ const { attemptDelivery: attemptLocally } = proxyLocalActivities<DeliveryActivit
  * activity (a first-try delivery is 7 history events instead of 12). The slow lane stays a normal,
  * heartbeated activity on its own task queue: a slow target never holds a workflow task slot.
  */
-export async function deliveryWorkflowLean({
-  jobId,
-  behind,
-  until,
-  lane,
-}: DeliveryInput): Promise<DeliveryResult> {
-  return deliveryLoop(jobId, behind ? { id: behind, until } : undefined, lane, {
+export async function deliveryWorkflowLean(job: DeliveryInput): Promise<DeliveryResult> {
+  return deliveryLoop(job, {
     fast: (summary, input) => attemptLocally.executeWithOptions({ summary }, [input]),
     slow: slowLane(),
   });
@@ -126,9 +116,7 @@ export async function deliveryWorkflowLean({
  * saved histories (test/replay): add a new workflow type instead.
  */
 async function deliveryLoop(
-  jobId: string,
-  behind: { id: string; until?: number | undefined } | undefined,
-  firstLane: 'slow' | undefined,
+  { jobId, behind, until, lane: firstLane }: DeliveryInput,
   lanes: { fast: AttemptCall; slow: AttemptCall },
 ): Promise<DeliveryResult> {
   let woken = false;
@@ -146,15 +134,12 @@ async function deliveryLoop(
   if (behind) {
     // Written behind an unfinished job of its config: that one's end wakes this run (no activity until
     // then); by its deadline at the latest, the activity ends it `expired`.
-    const inLine = `waiting for delivery ${behind.id} (earlier event of this config)`;
+    const inLine = `waiting for delivery ${behind} (earlier event of this config)`;
     const waitMs = Math.max(
       0,
-      Math.min(
-        BEHIND_RECHECK_MS,
-        behind.until !== undefined ? behind.until - Date.now() + 1_000 : BEHIND_RECHECK_MS,
-      ),
+      Math.min(BEHIND_RECHECK_MS, until !== undefined ? until - Date.now() + 1_000 : BEHIND_RECHECK_MS),
     );
-    state.waitingFor = behind.id;
+    state.waitingFor = behind;
     state.nextAttemptInMs = waitMs;
     setCurrentDetails(inLine);
     // (A deadline already past: no wait; `condition` with 0 would mean a patch marker, not a timeout.)

@@ -75,7 +75,8 @@ export interface JobToStart {
   /**
    * `slow`: its target has not answered a 2xx lately or is suspect (the dispatcher's hint, src/api/
    * known-targets.ts): the first attempt goes to the slow lane at once instead of asking the fast lane
-   * first. Never with `behind` (by its turn, the job ahead has told the target's health).
+   * first. The dispatcher never sets it with `behind` (by its turn, the job ahead has told the
+   * target's health).
    */
   lane?: 'slow';
 }
@@ -119,7 +120,7 @@ export async function startDeliveryWorkflow(
         {
           jobId: job.id,
           ...(job.behind ? { behind: job.behind, ...(job.deadlineAt ? { until: job.deadlineAt } : {}) } : {}),
-          ...(job.lane && !job.behind ? { lane: job.lane } : {}),
+          ...(job.lane ? { lane: job.lane } : {}),
         },
       ],
       workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,

@@ -1,7 +1,8 @@
 import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import type { Db } from '../db/pool';
-import { targetField } from '../db/outbox';
+import type { WrittenEvent } from '../db/outbox';
+import { targetField } from '../db/slots';
 import type { KnownTargets } from './known-targets';
 import { hostOf } from '../ids';
 import { withRequestContext } from '../request-context';
@@ -139,22 +140,10 @@ export class Dispatcher {
   }
 
   /** Starts a committed write's leased jobs now (see directLease); a failed start goes back to the claim run. */
-  startNow(
-    tenantId: string,
-    taskId: string,
-    jobs: Array<{
-      id: string;
-      configId: string;
-      host: string;
-      target?: string;
-      behind?: string;
-      deadlineAt?: number;
-    }>,
-    traceparent?: string,
-  ): void {
+  startNow(tenantId: string, taskId: string, jobs: WrittenEvent['starts'], traceparent?: string): void {
     this.directInFlight += jobs.length;
     this.directByTenant.set(tenantId, (this.directByTenant.get(tenantId) ?? 0) + jobs.length);
-    const slow = this.slowLaneOf(jobs);
+    const slow = this.slowJobs(jobs);
     for (const j of jobs) {
       const run = slow
         .then((s) =>
@@ -168,7 +157,7 @@ export class Dispatcher {
               ...(j.behind
                 ? { behind: j.behind, ...(j.deadlineAt ? { deadlineAt: j.deadlineAt } : {}) }
                 : {}),
-              ...(j.target !== undefined && s.has(j.target) ? { lane: 'slow' as const } : {}),
+              ...(s.has(j.id) ? { lane: 'slow' as const } : {}),
             },
             'direct',
             traceparent,
@@ -202,13 +191,16 @@ export class Dispatcher {
   }
 
   /**
-   * The targets of these jobs whose first attempt goes to the slow lane (unknown or suspect; jobs
-   * `behind` another take their lane from its outcome, not from a hint).
+   * The ids of these jobs whose first attempt goes to the slow lane: their target is unknown or
+   * suspect. Never a job `behind` another: it takes its lane from that one's outcome, not from a hint.
    */
-  private async slowLaneOf(jobs: Array<{ target?: string; behind?: string | null }>): Promise<Set<string>> {
-    const targets = jobs.filter((j) => !j.behind && j.target !== undefined).map((j) => j.target!);
-    if (!this.o.knownTargets || targets.length === 0) return new Set();
-    return this.o.knownTargets.slow(targets);
+  private async slowJobs(
+    jobs: Array<{ id: string; target?: string | undefined; behind?: string | null | undefined }>,
+  ): Promise<Set<string>> {
+    const hinted = jobs.filter((j) => !j.behind && j.target !== undefined);
+    if (!this.o.knownTargets || hinted.length === 0) return new Set();
+    const slow = await this.o.knownTargets.slow(hinted.map((j) => j.target!));
+    return new Set(hinted.filter((j) => slow.has(j.target!)).map((j) => j.id));
   }
 
   /**
@@ -385,8 +377,9 @@ export class Dispatcher {
       this.directFailed = false;
       return 0;
     }
-    const targets = new Map(jobs.map((j) => [j.id, targetField(j.url).target]));
-    const slow = await this.slowLaneOf(jobs.map((j) => ({ target: targets.get(j.id), behind: j.behind })));
+    const slow = await this.slowJobs(
+      jobs.map((j) => ({ id: j.id, ...targetField(j.url), behind: j.behind })),
+    );
     const started: string[] = [];
     let next = 0;
     let failure: unknown;
@@ -404,7 +397,7 @@ export class Dispatcher {
                 configId: j.config_id,
                 host: hostOf(j.url),
                 ...(j.behind ? { behind: j.behind, deadlineAt: Math.ceil(Number(j.deadline_ms)) } : {}),
-                ...(!j.behind && slow.has(targets.get(j.id) ?? '') ? { lane: 'slow' as const } : {}),
+                ...(slow.has(j.id) ? { lane: 'slow' as const } : {}),
               },
               'claim',
               j.traceparent,

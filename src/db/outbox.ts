@@ -4,7 +4,7 @@ import { MASK } from '../sealing/keyring';
 import { hostOf, makeDeliveryWorkflowId } from '../ids';
 import { currentRequestId } from '../request-context';
 import type { LineJob } from '../delivery/order';
-import { targetOf } from './slots';
+import { targetField } from './slots';
 
 export type ConfigStatus = 'active' | 'auth_failed' | 'stopped';
 export const UNFINISHED = ['queued', 'in_flight', 'waiting_retry'] as const;
@@ -335,13 +335,4 @@ export async function lineAfter(db: Db | Tx, configRowId: string, seq: string | 
     [configRowId, String(seq)],
   );
   return r.rows.map((x) => ({ id: x.id, seq: BigInt(x.seq), status: x.status, openAttempt: false }));
-}
-
-/** `{ target }` of a config URL, or nothing for one that does not parse (no lane hint then). */
-export function targetField(url: string): { target?: string } {
-  try {
-    return { target: targetOf(url) };
-  } catch {
-    return {};
-  }
 }

@@ -45,6 +45,15 @@ export function targetOf(url: string): string {
   return `${u.hostname}:${u.port || (u.protocol === 'http:' ? '80' : '443')}`;
 }
 
+/** `{ target }` of a config URL, or nothing for one that does not parse (no lane hint then). */
+export function targetField(url: string): { target?: string } {
+  try {
+    return { target: targetOf(url) };
+  } catch {
+    return {};
+  }
+}
+
 export const slotWaits = new Counter({
   name: 'a2a_push_host_slot_waits_total',
   help: 'Calls that found their target at OUTBOUND_HOST_CONCURRENCY and waited in line (no host label: unbounded)',

@@ -23,6 +23,13 @@ const files = fs
   .filter((f) => f.endsWith('.json'))
   .sort();
 const load = (f: string) => JSON.parse(fs.readFileSync(path.join(DIR, f), 'utf8')) as Record<string, unknown>;
+const eventsOf = (f: string) => (load(f) as { events: Array<Record<string, unknown>> }).events;
+/** For each activity a history schedules: whether on the slow lane's queue. */
+const slowLaneFlags = (events: Array<Record<string, unknown>>) =>
+  events.flatMap((e) => {
+    const a = e.activityTaskScheduledEventAttributes as { taskQueue: { name: string } } | undefined;
+    return a ? [a.taskQueue.name.endsWith('-slow')] : [];
+  });
 
 it('holds one history per outcome of both workflows', () => {
   expect(files.map((f) => f.replace(/\.json$/, ''))).toEqual(
@@ -76,20 +83,14 @@ it("the lean type's histories are of its own workflow type, a first-try delivery
     });
   expect((load('delivery-lean-delivered.json') as { events: unknown[] }).events).toHaveLength(7);
   // A first contact (lean): the untried local call's marker, then the attempt in the slow lane.
-  const first = (load('delivery-lean-first-contact.json') as { events: Array<Record<string, unknown>> })
-    .events;
+  const first = eventsOf('delivery-lean-first-contact.json');
   expect(first.filter((e) => e.markerRecordedEventAttributes)).toHaveLength(1);
-  expect(
-    first.flatMap((e) => {
-      const a = e.activityTaskScheduledEventAttributes as { taskQueue: { name: string } } | undefined;
-      return a ? [a.taskQueue.name.endsWith('-slow')] : [];
-    }),
-  ).toEqual([true]);
+  expect(slowLaneFlags(first)).toEqual([true]);
 });
 
 it('a hinted first contact (both types) starts with `lane: "slow"` and makes no fast-lane call: one activity, in the slow lane', () => {
   for (const f of ['delivery-first-contact-hinted.json', 'delivery-lean-first-contact-hinted.json']) {
-    const events = (load(f) as { events: Array<Record<string, unknown>> }).events;
+    const events = eventsOf(f);
     const started = events[0]!.workflowExecutionStartedEventAttributes as {
       input: { payloads: Array<{ data: string }> };
     };
@@ -97,12 +98,7 @@ it('a hinted first contact (both types) starts with `lane: "slow"` and makes no 
       lane: 'slow',
     });
     expect(events.filter((e) => e.markerRecordedEventAttributes)).toHaveLength(0);
-    expect(
-      events.flatMap((e) => {
-        const a = e.activityTaskScheduledEventAttributes as { taskQueue: { name: string } } | undefined;
-        return a ? [a.taskQueue.name.endsWith('-slow')] : [];
-      }),
-    ).toEqual([true]);
+    expect(slowLaneFlags(events)).toEqual([true]);
   }
 });
 

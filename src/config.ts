@@ -159,6 +159,9 @@ export const settingsSchema = z
     OUTBOUND_HOST_CONCURRENCY_BY_TARGET: targetBounds,
     // Activity slots of the slow lane: attempts to targets that recently timed out, refused or were slow.
     SLOW_LANE_CONCURRENCY: int(50, 1, 10_000),
+    // Starts per second per tenant (per api process; bursts of twice that) of jobs whose first attempt goes
+    // to the slow lane: a tenant's 1,000 jobs to a dead host start over 100 s instead of at once. 0: no bound.
+    SLOW_LANE_START_RATE: int(10, 0, 100_000),
     CONFIG_FAILING_AFTER: duration('5d', 1000),
     // Configs of one task that are not deleted (active, auth_failed, stopped): each event fans out to them.
     MAX_CONFIGS_PER_TASK: int(100, 1, 100_000),

@@ -4,6 +4,7 @@ import type { Db } from '../db/pool';
 import type { WrittenEvent } from '../db/outbox';
 import { targetField } from '../db/slots';
 import type { KnownTargets } from './known-targets';
+import { StartRate } from './start-rate';
 import { hostOf } from '../ids';
 import { withRequestContext } from '../request-context';
 import { workflowStarts } from '../metrics';
@@ -43,6 +44,12 @@ export interface DispatcherOptions {
    * Without it every job starts in the fast lane, whose attempt sends first contacts on.
    */
   knownTargets?: KnownTargets;
+  /**
+   * SLOW_LANE_START_RATE: starts per second per tenant of jobs that go to the slow lane (with
+   * `knownTargets`; bursts of twice that). A job past it waits in the outbox for its turn
+   * (`start_after`, migration 018). Unset or 0: no bound.
+   */
+  slowStartRate?: number;
   /** The attempt plan shown in each delivery workflow's static details. */
   plan?: string;
   /** DELIVERY_WORKFLOW: the workflow type every start (direct, claim, sweep, a `:retry`'s job) uses. */
@@ -77,6 +84,11 @@ export class Dispatcher {
   private toMark: Array<{ id: string; behind?: string | undefined }> = [];
   private marking: Promise<void> | undefined;
   private readonly directRuns = new Set<Promise<void>>();
+  private readonly slowStarts: StartRate | undefined;
+  /** Turns (epoch ms) of jobs this process held back: a claim run is kicked when the next one comes. */
+  private turns: number[] = [];
+  private turnTimer: NodeJS.Timeout | undefined;
+  private turnAt = Infinity;
   readonly concurrency: number;
   readonly batchSize: number;
   readonly leaseMs: number;
@@ -89,6 +101,7 @@ export class Dispatcher {
     this.leaseMs = o.leaseMs ?? 60_000;
     this.directLeaseMs = o.directLeaseMs ?? 5_000;
     this.directPerTenant = Math.max(1, o.directPerTenant ?? Math.floor(this.concurrency / 2));
+    this.slowStarts = o.slowStartRate ? new StartRate(o.slowStartRate) : undefined;
   }
 
   start(): void {
@@ -124,6 +137,7 @@ export class Dispatcher {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
+    if (this.turnTimer) clearTimeout(this.turnTimer);
     await Promise.all([this.running, ...this.directRuns]);
     await this.marking;
   }
@@ -143,11 +157,16 @@ export class Dispatcher {
   startNow(tenantId: string, taskId: string, jobs: WrittenEvent['starts'], traceparent?: string): void {
     this.directInFlight += jobs.length;
     this.directByTenant.set(tenantId, (this.directByTenant.get(tenantId) ?? 0) + jobs.length);
-    const slow = this.slowJobs(jobs);
+    const plan = this.slowJobs(jobs).then((slow) => ({
+      slow,
+      later: this.holdBack(jobs.filter((j) => slow.has(j.id)).map((j) => ({ id: j.id, tenantId }))),
+    }));
     for (const j of jobs) {
-      const run = slow
-        .then((s) =>
-          this.startJob(
+      const run = plan
+        .then(async ({ slow, later }) => {
+          // Past its tenant's rate: no start now; the claim run starts it at its turn.
+          if (later.has(j.id)) return false;
+          await this.startJob(
             {
               id: j.id,
               tenantId,
@@ -157,14 +176,16 @@ export class Dispatcher {
               ...(j.behind
                 ? { behind: j.behind, ...(j.deadlineAt ? { deadlineAt: j.deadlineAt } : {}) }
                 : {}),
-              ...(s.has(j.id) ? { lane: 'slow' as const } : {}),
+              ...(slow.has(j.id) ? { lane: 'slow' as const } : {}),
             },
             'direct',
             traceparent,
-          ),
-        )
+          );
+          return true;
+        })
         .then(
-          () => {
+          (started) => {
+            if (!started) return;
             this.directFailed = false;
             this.markDispatched(j.id, j.behind);
           },
@@ -188,6 +209,63 @@ export class Dispatcher {
         });
       this.directRuns.add(run);
     }
+  }
+
+  /**
+   * Of these slow-lane jobs (in start order), the ids past their tenant's SLOW_LANE_START_RATE: each
+   * gets its turn as `start_after` (one statement for all, not awaited), its lease is dropped, and a
+   * claim run is kicked when the first turn comes. If the statement fails, the lease (direct or claim)
+   * runs out and a claim run takes them, as any start lost.
+   */
+  private holdBack(jobs: Array<{ id: string; tenantId: string }>): Set<string> {
+    const later = new Map<string, number>();
+    if (!this.slowStarts || jobs.length === 0) return new Set();
+    const now = Date.now();
+    const byTenant = new Map<string, string[]>();
+    for (const j of jobs) byTenant.set(j.tenantId, [...(byTenant.get(j.tenantId) ?? []), j.id]);
+    for (const [tenantId, ids] of byTenant) {
+      const turns = this.slowStarts.turns(tenantId, ids.length, now);
+      ids.forEach((id, i) => {
+        if (turns[i]! > now) later.set(id, turns[i]!);
+      });
+    }
+    if (later.size === 0) return new Set();
+    // The turn as an offset from the database's clock, which the claim run compares it with.
+    void this.o.db
+      .query(
+        `UPDATE delivery_jobs j
+            SET start_after = now() + make_interval(secs => x.wait / 1000), dispatch_lease = NULL
+           FROM unnest($1::uuid[], $2::double precision[]) AS x (id, wait)
+          WHERE j.id = x.id AND j.dispatched_at IS NULL`,
+        [[...later.keys()], [...later.values()].map((t) => t - now)],
+      )
+      .then(
+        () => {
+          for (const t of later.values()) this.turns.push(t);
+          this.armTurns();
+        },
+        (err: unknown) =>
+          this.o.logger.warn({ err: (err as Error).message }, 'holding slow-lane starts back failed'),
+      );
+    return new Set(later.keys());
+  }
+
+  /** Kicks a claim run when the next held-back job's turn comes (at most every 100 ms). */
+  private armTurns(): void {
+    if (this.stopped || this.turns.length === 0) return;
+    const next = this.turns.reduce((a, b) => Math.min(a, b), Infinity);
+    if (this.turnTimer && this.turnAt <= next) return;
+    if (this.turnTimer) clearTimeout(this.turnTimer);
+    // A little after the turn: the claim run compares it with the database's clock.
+    this.turnAt = Math.max(next + 25, Date.now() + 100);
+    this.turnTimer = setTimeout(() => {
+      this.turnTimer = undefined;
+      const now = Date.now();
+      this.turns = this.turns.filter((t) => t + 25 > now);
+      this.kick();
+      this.armTurns();
+    }, this.turnAt - Date.now());
+    this.turnTimer.unref();
   }
 
   /**
@@ -341,6 +419,7 @@ export class Dispatcher {
       url: string;
       behind: string | null;
       deadline_ms: string;
+      had_turn: boolean;
     }>(
       `WITH RECURSIVE tenants (tenant_id) AS (
            (SELECT tenant_id FROM delivery_jobs WHERE dispatched_at IS NULL ORDER BY tenant_id LIMIT 1)
@@ -353,12 +432,14 @@ export class Dispatcher {
              SELECT d.id, d.seq, row_number() OVER (ORDER BY d.tenant_id, d.seq) AS rn FROM delivery_jobs d
               WHERE d.tenant_id >= t.tenant_id AND d.tenant_id <= t.tenant_id AND d.dispatched_at IS NULL
                 AND (d.dispatch_lease IS NULL OR d.dispatch_lease < now())
+                AND (d.start_after IS NULL OR d.start_after <= now())
               ORDER BY d.tenant_id, d.seq LIMIT $1) x
             WHERE t.tenant_id IS NOT NULL
             ORDER BY x.rn, x.seq LIMIT 2 * $1),
          picked AS (
            SELECT d.id, r.rn FROM delivery_jobs d JOIN ranked r ON r.id = d.id
             WHERE d.dispatched_at IS NULL AND (d.dispatch_lease IS NULL OR d.dispatch_lease < now())
+              AND (d.start_after IS NULL OR d.start_after <= now())
             ORDER BY r.rn, r.seq LIMIT $1 FOR UPDATE OF d SKIP LOCKED)
        UPDATE delivery_jobs j SET dispatch_lease = now() + make_interval(secs => $2::double precision / 1000)
          FROM push_configs c, picked p
@@ -368,7 +449,7 @@ export class Dispatcher {
                    WHERE j.ordered AND d.config_row_id = j.config_row_id AND d.seq < j.seq AND d.ordered
                      AND d.status IN ('queued', 'in_flight', 'waiting_retry')
                    ORDER BY d.seq DESC LIMIT 1) AS behind,
-                 extract(epoch FROM j.deadline) * 1000 AS deadline_ms`,
+                 extract(epoch FROM j.deadline) * 1000 AS deadline_ms, j.start_after IS NOT NULL AS had_turn`,
       [this.batchSize, this.leaseMs],
     );
     // Started in that order (the lanes take jobs in claimed order).
@@ -380,12 +461,17 @@ export class Dispatcher {
     const slow = await this.slowJobs(
       jobs.map((j) => ({ id: j.id, ...targetField(j.url), behind: j.behind })),
     );
+    // Slow-lane jobs past their tenant's rate wait for their turn; one held back before starts now.
+    const later = this.holdBack(
+      jobs.filter((j) => slow.has(j.id) && !j.had_turn).map((j) => ({ id: j.id, tenantId: j.tenant_id })),
+    );
+    const toStart = jobs.filter((j) => !later.has(j.id));
     const started: string[] = [];
     let next = 0;
     let failure: unknown;
     const lane = async () => {
-      while (next < jobs.length && failure === undefined) {
-        const j = jobs[next++]!;
+      while (next < toStart.length && failure === undefined) {
+        const j = toStart[next++]!;
         try {
           // The start carries the id of the request that wrote the job.
           await withRequestContext({ requestId: j.request_id ?? '' }, () =>
@@ -409,9 +495,9 @@ export class Dispatcher {
         }
       }
     };
-    await Promise.all(Array.from({ length: Math.min(this.concurrency, jobs.length) }, lane));
+    await Promise.all(Array.from({ length: Math.min(this.concurrency, toStart.length) }, lane));
     const startedSet = new Set(started);
-    const notStarted = jobs.map((j) => j.id).filter((id) => !startedSet.has(id));
+    const notStarted = toStart.map((j) => j.id).filter((id) => !startedSet.has(id));
     await this.markStarted(started);
     await this.wakeIfAheadEnded(jobs.filter((j) => startedSet.has(j.id)));
     if (started.length > 0) this.directFailed = false;
@@ -425,18 +511,22 @@ export class Dispatcher {
 
 export async function queuedCount(db: Db): Promise<number> {
   const r = await db.query<{ n: string }>(
-    'SELECT count(*) AS n FROM delivery_jobs WHERE dispatched_at IS NULL',
+    // Not the jobs waiting for their turn (SLOW_LANE_START_RATE): those are held back on purpose.
+    `SELECT count(*) AS n FROM delivery_jobs
+      WHERE dispatched_at IS NULL AND (start_after IS NULL OR start_after <= now())`,
   );
   return Number(r.rows[0]!.n);
 }
 
 /**
- * Jobs held back on purpose (DELIVERY_ORDER=per_config): started, queued behind an earlier job of their
- * config. Not dispatcher lag: a2a_push_outbox_queued counts jobs whose workflow has not started.
+ * Jobs held back on purpose: started, queued behind an earlier job of their config
+ * (DELIVERY_ORDER=per_config), or not started until their turn (SLOW_LANE_START_RATE). Not dispatcher
+ * lag: a2a_push_outbox_queued counts the other jobs whose workflow has not started.
  */
 export async function heldCount(db: Db): Promise<number> {
   const r = await db.query<{ n: string }>(
-    "SELECT count(*) AS n FROM delivery_jobs WHERE held_by IS NOT NULL AND status = 'queued'",
+    `SELECT (SELECT count(*) FROM delivery_jobs WHERE held_by IS NOT NULL AND status = 'queued')
+          + (SELECT count(*) FROM delivery_jobs WHERE dispatched_at IS NULL AND start_after > now()) AS n`,
   );
   return Number(r.rows[0]!.n);
 }

@@ -162,6 +162,7 @@ export async function startStack(
     taskQueue,
     logger: silent,
     sweepIntervalMs: settings.SWEEP_INTERVAL,
+    slowStartRate: apiSettings.SLOW_LANE_START_RATE,
     knownTargets: new KnownTargets(tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
     workflow: apiSettings.DELIVERY_WORKFLOW,
     plan: describePlan({

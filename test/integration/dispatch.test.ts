@@ -7,7 +7,9 @@
 import crypto from 'node:crypto';
 import { Client, Connection, defaultGrpcRetryOptions, makeGrpcRetryInterceptor } from '@temporalio/client';
 import pino from 'pino';
-import { Dispatcher } from '../../src/api/dispatcher';
+import { Dispatcher, heldCount, queuedCount } from '../../src/api/dispatcher';
+import { KnownTargets } from '../../src/api/known-targets';
+import { DEFAULT_SLOT_SETTINGS } from '../../src/db/slots';
 import { makeDeliveryWorkflowId } from '../../src/ids';
 import { writeEvent as writeOutbox } from '../../src/db/outbox';
 import { freePort } from '../helpers/test-services-port';
@@ -224,6 +226,99 @@ it("a job to a target without a recent 2xx starts in the slow lane on both paths
     expect(await stack.dispatcher.runOnce()).toBe(1);
     expect(await started(j3)).toEqual({ input: { jobId: j3, lane: 'slow' }, queue: `${queue}-slow` });
   } finally {
+    await direct.close();
+    await claimed.close();
+  }
+});
+
+it("a tenant's slow-lane starts past SLOW_LANE_START_RATE wait for their turn, on both paths, and all are delivered", async () => {
+  // 2 a second, bursts of 4: of 7 jobs to a receiver never seen before, 4 start at once and 3 wait.
+  const limited = () =>
+    new Dispatcher({
+      db: stack.tdb.db,
+      client: temporal.client,
+      taskQueue: queue,
+      logger: pino({ level: 'silent' }),
+      sweepIntervalMs: 3_600_000,
+      knownTargets: new KnownTargets(stack.tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
+      slowStartRate: 2,
+    });
+  const rows = (ids: string[]) =>
+    stack.tdb.db
+      .query<{ id: string; waits: boolean; dispatched: boolean }>(
+        `SELECT id, start_after > now() AS waits, dispatched_at IS NOT NULL AS dispatched
+           FROM delivery_jobs WHERE id = ANY($1::uuid[]) ORDER BY id`,
+        [ids],
+      )
+      .then((r) => r.rows);
+  const startTimes = async (ids: string[]) =>
+    Promise.all(
+      ids.map(async (id) =>
+        (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).describe()).startTime.getTime(),
+      ),
+    );
+  const check = async (ids: string[], writtenAt: number) => {
+    // Right after: 3 wait for their turn (held back on purpose, not dispatcher lag), 4 are started.
+    const held = await eventually(
+      async () => (await rows(ids)).filter((r) => r.waits).length,
+      (n) => n === 3,
+      3_000,
+    );
+    expect(held).toBe(3);
+    // The gauges: held back on purpose (a2a_push_outbox_held), not dispatcher lag (a2a_push_outbox_queued).
+    expect(await heldCount(stack.tdb.db)).toBe(3);
+    expect(await queuedCount(stack.tdb.db)).toBe(0);
+    const waiting = (await rows(ids)).filter((r) => r.waits).map((r) => r.id);
+    // Every job is delivered, the held ones started by the dispatcher at their turns, no sooner:
+    // 0.5, 1 and 1.5 s after the burst.
+    for (const id of ids)
+      await eventually(
+        async () => (await jobRow(stack, id)).status,
+        (s) => s === 'delivered',
+        15_000,
+      );
+    const times = await startTimes(waiting);
+    times.sort((a, b) => a - b);
+    expect(times[0]! - writtenAt).toBeGreaterThanOrEqual(400);
+    expect(times[2]! - writtenAt).toBeGreaterThanOrEqual(1_400);
+    expect((await rows(ids)).every((r) => r.dispatched)).toBe(true);
+  };
+
+  const direct = await startReceiver();
+  const claimed = await startReceiver();
+  const d1 = limited();
+  const d2 = limited();
+  try {
+    // Direct: one write fans out to 7 configs of a task, all to one new receiver.
+    const t1 = `rate-direct-${crypto.randomUUID()}`;
+    for (let i = 0; i < 7; i++) await createConfig(stack, t1, { id: `c${i}`, url: direct.url });
+    const at1 = Date.now();
+    const w1 = await writeLeased(t1, d1.directLeaseMs);
+    expect(w1.starts).toHaveLength(7);
+    d1.startNow('tenant-a', t1, w1.starts);
+    await check(
+      w1.starts.map((s) => s.id),
+      at1,
+    );
+    expect(direct.requests).toHaveLength(7);
+
+    // Claim: the same to another new receiver, started by a claim run.
+    const t2 = `rate-claim-${crypto.randomUUID()}`;
+    for (let i = 0; i < 7; i++) await createConfig(stack, t2, { id: `c${i}`, url: claimed.url });
+    const w2 = await writeLeased(t2, 30_000);
+    await stack.tdb.db.query(
+      `UPDATE delivery_jobs SET dispatch_lease = now() - interval '1 second' WHERE id = ANY($1::uuid[])`,
+      [w2.starts.map((s) => s.id)],
+    );
+    const at2 = Date.now();
+    expect(await d2.runOnce()).toBe(7);
+    await check(
+      w2.starts.map((s) => s.id),
+      at2,
+    );
+  } finally {
+    await d1.stop();
+    await d2.stop();
     await direct.close();
     await claimed.close();
   }

@@ -218,6 +218,30 @@ async function slowest(
     .join('; ');
 }
 
+/**
+ * A stream's event → POST p50 by stretch of the stream ("0-10 s: 240 ms (9)", the count in brackets):
+ * whether a scenario's cost sits at its start (the writes and starts of a burst) or all along.
+ */
+function timeline(ctx: BenchContext, sent: Map<string, number>, edgesS = [0, 10, 30, 60, 120]): string {
+  const first = Math.min(...sent.values());
+  const bins = edgesS.map(() => [] as number[]);
+  for (const [id, t0] of sent) {
+    const seen = ctx.receiver.delivered.get(id);
+    if (seen === undefined) continue;
+    const off = (t0 - first) / 1000;
+    let i = edgesS.length - 1;
+    while (i > 0 && off < edgesS[i]!) i--;
+    bins[i]!.push(seen - t0);
+  }
+  return edgesS
+    .map((from, i) => {
+      const span = i + 1 < edgesS.length ? `${from}-${edgesS[i + 1]} s` : `${from} s-`;
+      return bins[i]!.length === 0 ? '' : `${span}: ${round(percentile(bins[i]!, 50))} ms (${bins[i]!.length})`;
+    })
+    .filter((x) => x !== '')
+    .join(', ');
+}
+
 /** Each stream event's job times (epoch ms): written, workflow started, first attempt started. */
 async function eventRows(pg: PgClient, sent: Map<string, number>) {
   const r = await pg.query<{
@@ -423,6 +447,8 @@ async function fairnessRun(ctx: BenchContext, fairness: boolean, z: ReturnType<t
       );
       const busyLat = await streamLatency(ctx, busy.sent, z.waitMs);
       const busyStages = await stagesOf(ctx, st.pg, busy.sent);
+      const busyTimeline = timeline(ctx, busy.sent);
+      const busySlowest = await slowest(ctx, st.pg, busy.sent, 8);
       try {
         await waitUntil("A's burst delivered", aDone, z.waitMs);
       } catch {
@@ -435,6 +461,8 @@ async function fairnessRun(ctx: BenchContext, fairness: boolean, z: ReturnType<t
         busy: busyLat.lat,
         busyUndelivered: busyLat.undelivered,
         busyStages,
+        busyTimeline,
+        busySlowest,
         busyEvents: busy.sent.size,
         writtenS,
         burstDelivered: targets.delivered.size,
@@ -619,7 +647,7 @@ export const isolationBenchmark: Benchmark = {
       );
       notes.push(
         `${series}: B idle p50/p99 ${r.idle.p50}/${r.idle.p99} ms (${z.idleEvents} events); during the burst ${r.busyEvents} events, p50/p99 ${r.busy.p50}/${r.busy.p99} ms (× ${ratio(r.busy.p50, r.idle.p50)}), ${r.busyUndelivered} undelivered; ` +
-          `A's ${z.burst.events} events over ${z.burst.configs} configs written in ${r.writtenS} s, ${r.burstDelivered} delivered, last ${r.burstDrainS} s after the first write; A's jobs ${JSON.stringify(r.burstJobs)}; B's stages during the burst (ms) ${JSON.stringify(r.busyStages)}.`,
+          `A's ${z.burst.events} events over ${z.burst.configs} configs written in ${r.writtenS} s, ${r.burstDelivered} delivered, last ${r.burstDrainS} s after the first write; A's jobs ${JSON.stringify(r.burstJobs)}; B's stages during the burst (ms) ${JSON.stringify(r.busyStages)}; B's p50 by stretch of its stream: ${r.busyTimeline}; B's slowest (offset: total ms (written, → started, → attempt, → seen)): ${r.busySlowest}.`,
       );
     }
     notes.unshift(

@@ -12,7 +12,7 @@ import {
 } from '@temporalio/worker';
 import { createApiApp } from '../../src/api/app';
 import type { ApiDeps } from '../../src/api/context';
-import { Dispatcher } from '../../src/api/dispatcher';
+import { Dispatcher, type DispatcherOptions } from '../../src/api/dispatcher';
 import { KnownTargets } from '../../src/api/known-targets';
 import { FeedNotifier } from '../../src/api/feed-notifier';
 import { createInboxApp } from '../../src/inbox/app';
@@ -104,6 +104,26 @@ export interface Stack {
 }
 
 const silent = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
+
+/**
+ * A second dispatcher on a stack's database, for a test of the dispatcher itself: no sweep, silent,
+ * and whatever options the test is about.
+ */
+export function sideDispatcher(
+  stack: Stack,
+  client: Client,
+  taskQueue: string,
+  o: Partial<DispatcherOptions> = {},
+): Dispatcher {
+  return new Dispatcher({
+    db: stack.tdb.db,
+    client,
+    taskQueue,
+    logger: silent,
+    sweepIntervalMs: 3_600_000,
+    ...o,
+  });
+}
 
 /**
  * The service as a test sees it: a fresh database, the API on a random port (with its dispatcher),

@@ -6,8 +6,7 @@
  */
 import crypto from 'node:crypto';
 import { Client, Connection, defaultGrpcRetryOptions, makeGrpcRetryInterceptor } from '@temporalio/client';
-import pino from 'pino';
-import { Dispatcher, heldCount, queuedCount } from '../../src/api/dispatcher';
+import { heldCount, queuedCount } from '../../src/api/dispatcher';
 import { KnownTargets } from '../../src/api/known-targets';
 import { DEFAULT_SLOT_SETTINGS } from '../../src/db/slots';
 import { makeDeliveryWorkflowId } from '../../src/ids';
@@ -18,6 +17,7 @@ import {
   createConfig,
   eventually,
   jobRow,
+  sideDispatcher,
   startStack,
   writeEvent,
   type Stack,
@@ -114,13 +114,7 @@ it('a direct start Temporal refuses releases the lease at once; writes then go t
     address: `127.0.0.1:${await freePort()}`,
     interceptors: [makeGrpcRetryInterceptor(defaultGrpcRetryOptions({ maxAttempts: 1 }))],
   });
-  const away = new Dispatcher({
-    db: stack.tdb.db,
-    client: new Client({ connection }),
-    taskQueue: queue,
-    logger: pino({ level: 'silent' }),
-    sweepIntervalMs: 3_600_000,
-  });
+  const away = sideDispatcher(stack, new Client({ connection }), queue);
   try {
     const taskId = `refused-${crypto.randomUUID()}`;
     await createConfig(stack, taskId, { id: 'c1', url: receiver.url });
@@ -152,14 +146,7 @@ it('a direct start Temporal refuses releases the lease at once; writes then go t
 
 it("one tenant's direct starts take at most its share: another tenant's write still starts directly", async () => {
   // 4 direct starts at a time, 2 per tenant.
-  const d = new Dispatcher({
-    db: stack.tdb.db,
-    client: temporal.client,
-    taskQueue: queue,
-    logger: pino({ level: 'silent' }),
-    sweepIntervalMs: 3_600_000,
-    concurrency: 4,
-  });
+  const d = sideDispatcher(stack, temporal.client, queue, { concurrency: 4 });
   try {
     expect(d.directPerTenant).toBe(2);
     const taskA = `share-a-${crypto.randomUUID()}`;
@@ -234,12 +221,7 @@ it("a job to a target without a recent 2xx starts in the slow lane on both paths
 it("a tenant's slow-lane starts past SLOW_LANE_START_RATE wait for their turn, on both paths, and all are delivered", async () => {
   // 2 a second, bursts of 4: of 7 jobs to a receiver never seen before, 4 start at once and 3 wait.
   const limited = () =>
-    new Dispatcher({
-      db: stack.tdb.db,
-      client: temporal.client,
-      taskQueue: queue,
-      logger: pino({ level: 'silent' }),
-      sweepIntervalMs: 3_600_000,
+    sideDispatcher(stack, temporal.client, queue, {
       knownTargets: new KnownTargets(stack.tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
       slowStartRate: 2,
     });

@@ -6,8 +6,6 @@
  */
 import crypto from 'node:crypto';
 import { temporal as proto } from '@temporalio/proto';
-import pino from 'pino';
-import { Dispatcher } from '../../src/api/dispatcher';
 import { createApiKey } from '../../src/db/apikeys';
 import { writeEvent as writeOutbox } from '../../src/db/outbox';
 import { fairnessKeyOf, makeDeliveryWorkflowId, makeRegistrationWorkflowId } from '../../src/ids';
@@ -16,6 +14,7 @@ import {
   createConfig,
   eventually,
   jobRow,
+  sideDispatcher,
   startStack,
   type Json,
   type Stack,
@@ -155,14 +154,7 @@ describe('dispatch round robin by tenant', () => {
     for (let i = 0; i < 300; i++) aJobs.push((await write('tenant-a', taskA)).starts[0]!.id);
     const bJobs: string[] = [];
     for (let i = 0; i < 3; i++) bJobs.push((await write('tenant-b', taskB)).starts[0]!.id);
-    const claim = new Dispatcher({
-      db: stack.tdb.db,
-      client: temporal.client,
-      taskQueue: queue,
-      logger: pino({ level: 'silent' }),
-      sweepIntervalMs: 3_600_000,
-      batchSize: 10,
-    });
+    const claim = sideDispatcher(stack, temporal.client, queue, { batchSize: 10 });
     try {
       expect(await claim.runOnce()).toBe(10);
       const dispatched = async (ids: string[]) =>

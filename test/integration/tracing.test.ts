@@ -7,7 +7,6 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Writable } from 'node:stream';
 import { Agent, fetch as undiciFetch } from 'undici';
-import { Dispatcher } from '../../src/api/dispatcher';
 import { createLogger } from '../../src/logger';
 import { flushTracing, shutdownTracing, startTracing, temporalWorkerTracing } from '../../src/tracing';
 import { startTestAgent, type TestAgent } from '../helpers/agent';
@@ -18,6 +17,7 @@ import {
   eventually,
   json,
   markTargetAnswered,
+  sideDispatcher,
   startStack,
   type Stack,
 } from '../helpers/harness';
@@ -328,13 +328,7 @@ it("a job started by a dispatcher's claim joins the trace of the request that wr
   expect(row.rows[0]!.dispatched_at).toBeNull();
   expect(row.rows[0]!.traceparent).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-01$`));
   // Another API process's dispatcher claims it.
-  const other = new Dispatcher({
-    db: stack.tdb.db,
-    client: temporal.client,
-    taskQueue,
-    logger: createLogger('silent', 'test'),
-    sweepIntervalMs: 60_000,
-  });
+  const other = sideDispatcher(stack, temporal.client, taskQueue);
   expect(await other.runOnce()).toBe(1);
   await other.stop();
   await eventually(

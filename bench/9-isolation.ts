@@ -236,7 +236,9 @@ function timeline(ctx: BenchContext, sent: Map<string, number>, edgesS = [0, 10,
   return edgesS
     .map((from, i) => {
       const span = i + 1 < edgesS.length ? `${from}-${edgesS[i + 1]} s` : `${from} s-`;
-      return bins[i]!.length === 0 ? '' : `${span}: ${round(percentile(bins[i]!, 50))} ms (${bins[i]!.length})`;
+      return bins[i]!.length === 0
+        ? ''
+        : `${span}: ${round(percentile(bins[i]!, 50))} ms (${bins[i]!.length})`;
     })
     .filter((x) => x !== '')
     .join(', ');

@@ -126,6 +126,25 @@ export class HostSlots {
     return { acquired: row.o_acquired, suspect: row.o_suspect, granted: row.o_granted };
   }
 
+  /**
+   * Puts `holder` in `target`'s line without taking a slot, when others already wait there and the
+   * target is not in the slow lane (migration 019); answers whether it joined, and the holders granted
+   * room meanwhile (it among them, maybe): wake those.
+   */
+  async joinLine(
+    target: string,
+    holder: string,
+    tenantId: string,
+  ): Promise<{ joined: boolean; granted: string[] }> {
+    const r = await this.db.query<{ o_joined: boolean; o_granted: string[] }>(
+      'SELECT * FROM outbound_join_line($1, $2, $3, $4, $5, $6)',
+      [target, holder, tenantId, this.capacityOf(target), this.settings.waitMs, this.settings.grantMs],
+    );
+    const row = r.rows[0]!;
+    if (row.o_joined) slotWaits.inc({ kind: 'push' });
+    return { joined: row.o_joined, granted: row.o_granted };
+  }
+
   /** The bound of one target: its own (OUTBOUND_HOST_CONCURRENCY_BY_TARGET), else the default. */
   capacityOf(target: string): number {
     return this.settings.byTarget?.get(target) ?? this.settings.capacity;

@@ -419,9 +419,14 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     }
     // Read after the job's end committed: a job that joined the line and saw this one unfinished just
     // before the commit is seen only by a read after it.
-    const next = nextInLine(BigInt(ctx.seq), await lineAfter(db, ctx.config_row_id, ctx.seq));
+    const after = await lineAfter(db, ctx.config_row_id, ctx.seq);
+    const next = nextInLine(BigInt(ctx.seq), after);
     if (!next) return;
-    if (status === 'delivered' && next.status === 'queued' && (await placeInLine(ctx, next.id))) return;
+    // Only a job whose workflow has started: a grant's wake to one not started yet would be lost, and
+    // its grant would keep room from others until it runs out.
+    const started = after.find((j) => j.id === next.id)?.started ?? false;
+    if (status === 'delivered' && next.status === 'queued' && started && (await placeInLine(ctx, next.id)))
+      return;
     wakeLater([next.id]);
   }
 

@@ -327,12 +327,22 @@ export const lineJobOf = (x: LineRow): LineJob => ({
 export const ON_WIRE_LIMIT_MS = 3 * 60_000;
 
 /** The first later ordered job of the config's line that has not finished: the one to wake when a job ends. */
-export async function lineAfter(db: Db | Tx, configRowId: string, seq: string | bigint): Promise<LineJob[]> {
-  const r = await db.query<{ id: string; seq: string; status: JobStatus }>(
-    `SELECT id, seq, status FROM delivery_jobs
+export async function lineAfter(
+  db: Db | Tx,
+  configRowId: string,
+  seq: string | bigint,
+): Promise<Array<LineJob & { started: boolean }>> {
+  const r = await db.query<{ id: string; seq: string; status: JobStatus; started: boolean }>(
+    `SELECT id, seq, status, dispatched_at IS NOT NULL AS started FROM delivery_jobs
       WHERE config_row_id = $1 AND seq > $2 AND ordered AND status IN ('queued', 'in_flight', 'waiting_retry')
       ORDER BY seq LIMIT 1`,
     [configRowId, String(seq)],
   );
-  return r.rows.map((x) => ({ id: x.id, seq: BigInt(x.seq), status: x.status, openAttempt: false }));
+  return r.rows.map((x) => ({
+    id: x.id,
+    seq: BigInt(x.seq),
+    status: x.status,
+    openAttempt: false,
+    started: x.started,
+  }));
 }

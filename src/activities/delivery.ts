@@ -419,34 +419,8 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     }
     // Read after the job's end committed: a job that joined the line and saw this one unfinished just
     // before the commit is seen only by a read after it.
-    const after = await lineAfter(db, ctx.config_row_id, ctx.seq);
-    const next = nextInLine(BigInt(ctx.seq), after);
-    if (!next) return;
-    // Only a job whose workflow has started: a grant's wake to one not started yet would be lost, and
-    // its grant would keep room from others until it runs out.
-    const started = after.find((j) => j.id === next.id)?.started ?? false;
-    if (status === 'delivered' && next.status === 'queued' && started && (await placeInLine(ctx, next.id)))
-      return;
-    wakeLater([next.id]);
-  }
-
-  /**
-   * After a 2xx, the next job of the line (a first attempt to the same target) joins the target's line
-   * here when others already wait there, and is woken by its grant instead of now: under a tenant's
-   * burst over many configs to one host (benchmark 9 (d)) a wake now found the host full (the freed
-   * slot soft-granted to the line's head) and its attempt only joined the line: a signal, an activity
-   * and two workflow tasks for nothing, and a race with the head. False (wake it now, as before) when
-   * nobody waits, for a target in the slow lane or refused by the guard, or on a failed statement.
-   */
-  async function placeInLine(ctx: Context, jobId: string): Promise<boolean> {
-    if (!checkUrlStatic(ctx.url, deps.policy).ok) return false;
-    try {
-      const r = await deps.slots.joinLine(targetOf(ctx.url), holderOf(jobId, 1), ctx.tenant_id);
-      if (r.joined) wakeLater(r.granted);
-      return r.joined;
-    } catch {
-      return false;
-    }
+    const next = nextInLine(BigInt(ctx.seq), await lineAfter(db, ctx.config_row_id, ctx.seq));
+    if (next) wakeLater([next.id]);
   }
 
   async function attemptOnce(input: AttemptInput, ctx: Context): Promise<AttemptOutput> {

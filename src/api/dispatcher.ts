@@ -2,10 +2,9 @@ import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import type { Db } from '../db/pool';
 import type { WrittenEvent } from '../db/outbox';
-import { targetField } from '../db/slots';
+import { hostAndTarget } from '../db/slots';
 import type { KnownTargets } from './known-targets';
 import { StartRate } from './start-rate';
-import { hostOf } from '../ids';
 import { withRequestContext } from '../request-context';
 import { workflowStarts } from '../metrics';
 import { inSpan } from '../tracing';
@@ -458,9 +457,8 @@ export class Dispatcher {
       this.directFailed = false;
       return 0;
     }
-    const slow = await this.slowJobs(
-      jobs.map((j) => ({ id: j.id, ...targetField(j.url), behind: j.behind })),
-    );
+    const parts = new Map(jobs.map((j) => [j.id, hostAndTarget(j.url)]));
+    const slow = await this.slowJobs(jobs.map((j) => ({ id: j.id, ...parts.get(j.id)!, behind: j.behind })));
     // Slow-lane jobs past their tenant's rate wait for their turn; one held back before starts now.
     const later = this.holdBack(
       jobs.filter((j) => slow.has(j.id) && !j.had_turn).map((j) => ({ id: j.id, tenantId: j.tenant_id })),
@@ -481,7 +479,7 @@ export class Dispatcher {
                 tenantId: j.tenant_id,
                 taskId: j.task_id,
                 configId: j.config_id,
-                host: hostOf(j.url),
+                host: parts.get(j.id)!.host,
                 ...(j.behind ? { behind: j.behind, deadlineAt: Math.ceil(Number(j.deadline_ms)) } : {}),
                 ...(slow.has(j.id) ? { lane: 'slow' as const } : {}),
               },

@@ -1,10 +1,10 @@
 import type { Db, Tx } from './pool';
 import { audit } from './audit';
 import { MASK } from '../sealing/keyring';
-import { hostOf, makeDeliveryWorkflowId } from '../ids';
+import { makeDeliveryWorkflowId } from '../ids';
 import { currentRequestId } from '../request-context';
 import type { LineJob } from '../delivery/order';
-import { targetField } from './slots';
+import { hostAndTarget } from './slots';
 
 export type ConfigStatus = 'active' | 'auth_failed' | 'stopped';
 export const UNFINISHED = ['queued', 'in_flight', 'waiting_retry'] as const;
@@ -183,8 +183,7 @@ export async function writeEvent(
     starts: r.o_job_ids.map((id, i) => ({
       id,
       configId: r.o_config_ids[i]!,
-      host: hostOf(r.o_urls[i]!),
-      ...targetField(r.o_urls[i]!),
+      ...hostAndTarget(r.o_urls[i]!),
       ...(r.o_behind[i] ? { behind: r.o_behind[i]!, deadlineAt } : {}),
     })),
     superseded: r.o_superseded,
@@ -327,22 +326,12 @@ export const lineJobOf = (x: LineRow): LineJob => ({
 export const ON_WIRE_LIMIT_MS = 3 * 60_000;
 
 /** The first later ordered job of the config's line that has not finished: the one to wake when a job ends. */
-export async function lineAfter(
-  db: Db | Tx,
-  configRowId: string,
-  seq: string | bigint,
-): Promise<Array<LineJob & { started: boolean }>> {
-  const r = await db.query<{ id: string; seq: string; status: JobStatus; started: boolean }>(
-    `SELECT id, seq, status, dispatched_at IS NOT NULL AS started FROM delivery_jobs
+export async function lineAfter(db: Db | Tx, configRowId: string, seq: string | bigint): Promise<LineJob[]> {
+  const r = await db.query<{ id: string; seq: string; status: JobStatus }>(
+    `SELECT id, seq, status FROM delivery_jobs
       WHERE config_row_id = $1 AND seq > $2 AND ordered AND status IN ('queued', 'in_flight', 'waiting_retry')
       ORDER BY seq LIMIT 1`,
     [configRowId, String(seq)],
   );
-  return r.rows.map((x) => ({
-    id: x.id,
-    seq: BigInt(x.seq),
-    status: x.status,
-    openAttempt: false,
-    started: x.started,
-  }));
+  return r.rows.map((x) => ({ id: x.id, seq: BigInt(x.seq), status: x.status, openAttempt: false }));
 }

@@ -39,19 +39,25 @@ export const DEFAULT_SLOT_SETTINGS: Omit<SlotSettings, 'capacity'> = {
   knownMs: 10 * 60_000,
 };
 
+const targetOfUrl = (u: URL) => `${u.hostname}:${u.port || (u.protocol === 'http:' ? '80' : '443')}`;
+
 /** Target of a URL: host name or literal address, plus port (443 when absent). Never path or query. */
 export function targetOf(url: string): string {
-  const u = new URL(url);
-  return `${u.hostname}:${u.port || (u.protocol === 'http:' ? '80' : '443')}`;
+  return targetOfUrl(new URL(url));
 }
 
-/** `{ target }` of a config URL, or nothing for one that does not parse (no lane hint then). */
-export function targetField(url: string): { target?: string } {
+/**
+ * A config URL parsed once for a job's start: `host` for its summary (as `hostOf`), `target` for the
+ * lane hint; `?` and no target for one that does not parse.
+ */
+export function hostAndTarget(url: string): { host: string; target?: string } {
+  let u: URL;
   try {
-    return { target: targetOf(url) };
+    u = new URL(url);
   } catch {
-    return {};
+    return { host: '?' };
   }
+  return { host: u.host, target: targetOfUrl(u) };
 }
 
 export const slotWaits = new Counter({
@@ -124,25 +130,6 @@ export class HostSlots {
   ): Acquired {
     if (!row.o_acquired && !(row.o_suspect && refuseSuspect)) slotWaits.inc({ kind });
     return { acquired: row.o_acquired, suspect: row.o_suspect, granted: row.o_granted };
-  }
-
-  /**
-   * Puts `holder` in `target`'s line without taking a slot, when others already wait there and the
-   * target is not in the slow lane (migration 019); answers whether it joined, and the holders granted
-   * room meanwhile (it among them, maybe): wake those.
-   */
-  async joinLine(
-    target: string,
-    holder: string,
-    tenantId: string,
-  ): Promise<{ joined: boolean; granted: string[] }> {
-    const r = await this.db.query<{ o_joined: boolean; o_granted: string[] }>(
-      'SELECT * FROM outbound_join_line($1, $2, $3, $4, $5, $6)',
-      [target, holder, tenantId, this.capacityOf(target), this.settings.waitMs, this.settings.grantMs],
-    );
-    const row = r.rows[0]!;
-    if (row.o_joined) slotWaits.inc({ kind: 'push' });
-    return { joined: row.o_joined, granted: row.o_granted };
   }
 
   /** The bound of one target: its own (OUTBOUND_HOST_CONCURRENCY_BY_TARGET), else the default. */

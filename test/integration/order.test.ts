@@ -417,49 +417,6 @@ describe('a line in backoff (retries 10 min; 1 call per target)', () => {
     expect(r.requests.map(idOf)).toEqual([b1, second, waiting]);
   });
 
-  it("after a 2xx the next job of the config joins the target's line behind those waiting there, without a wake; its grant wakes it", async () => {
-    const { stack } = s;
-    const r = await receiver();
-    const first = held(200);
-    const second = held(200);
-    r.setScript((req) => (req.n === 1 ? first.answer : req.n === 2 ? second.answer : { status: 200 }));
-    for (const t of ['join-c', 'join-d1', 'join-d2']) await createConfig(stack, t, { id: 'c', url: r.url });
-    const slotLine = async () =>
-      (
-        await stack.tdb.db.query<{ holder: string }>(
-          'SELECT holder FROM outbound_waiters WHERE target = $1 ORDER BY seq',
-          [`127.0.0.1:${r.port}`],
-        )
-      ).rows.map((w) => w.holder.split(':')[0]);
-    // c1 on the wire (the one slot), c2 held by its line; d1 and d2 of two other configs in the target's line.
-    const c1 = await eventJob(stack, 'join-c', 1);
-    await r.waitFor(1, 20_000);
-    const c2 = await eventJob(stack, 'join-c', 2);
-    await eventually(
-      () => orderRow(stack, c2),
-      (j) => j.held_by === c1,
-    );
-    const d1 = await eventJob(stack, 'join-d1', 1);
-    await eventually(slotLine, (w) => w.length === 1);
-    const d2 = await eventJob(stack, 'join-d2', 1);
-    await eventually(slotLine, (w) => w.length === 2);
-    expect(await slotLine()).toEqual([d1, d2]);
-
-    // c1's 2xx: the slot goes to d1 (the line's head); c2 joins the line behind d2, not woken, so it
-    // cannot take the slot before d1 comes for it.
-    first.release();
-    await statusIs(stack, c1, 'delivered');
-    await r.waitFor(2, 20_000);
-    expect(idOf(r.requests[1]!)).toBe(d1);
-    expect(await slotLine()).toEqual([d2, c2]);
-    // Not woken: still held by c1 as its own workflow last saw it, no attempt.
-    expect(await orderRow(stack, c2)).toMatchObject({ status: 'queued', held_by: c1, attempt_count: 0 });
-
-    second.release();
-    for (const id of [d1, d2, c2]) await statusIs(stack, id, 'delivered');
-    expect(r.requests.map(idOf)).toEqual([c1, d1, d2, c2]);
-  });
-
   it.each([
     [401, 'auth_failed', 'http_401'],
     [404, 'stopped', 'http_404'],

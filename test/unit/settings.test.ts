@@ -1,5 +1,5 @@
 import { loadSettings, parseDuration, parseTargetBounds, SETTING_NAMES } from '../../src/config';
-import { targetOf } from '../../src/db/slots';
+import { hostAndTarget, targetOf } from '../../src/db/slots';
 import { OTEL_SETTING_NAMES, tracingRequested } from '../../src/tracing';
 
 describe('settings', () => {
@@ -119,5 +119,16 @@ describe('OUTBOUND_HOST_CONCURRENCY_BY_TARGET', () => {
     const bounds = parseTargetBounds('hooks.example.com:443=64,[::1]:8443=2');
     expect(bounds.get(targetOf('https://HOOKS.example.com/a2a'))).toBe(64);
     expect(bounds.get(targetOf('https://[::1]:8443/x'))).toBe(2);
+  });
+  it("a job's start parses its URL once: the summary's host and the same target", () => {
+    expect(hostAndTarget('https://HOOKS.example.com/a2a?x=1')).toEqual({
+      host: 'hooks.example.com',
+      target: 'hooks.example.com:443',
+    });
+    expect(hostAndTarget('https://u:p@[::1]:8443/x')).toEqual({ host: '[::1]:8443', target: '[::1]:8443' });
+    expect(hostAndTarget('http://127.0.0.1/x')).toEqual({ host: '127.0.0.1', target: '127.0.0.1:80' });
+    for (const url of ['https://hooks.example.com/a', 'https://[::1]:8443/x'])
+      expect(hostAndTarget(url).target).toBe(targetOf(url));
+    expect(hostAndTarget('not a url')).toEqual({ host: '?' });
   });
 });

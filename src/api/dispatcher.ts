@@ -221,7 +221,11 @@ export class Dispatcher {
     if (!this.slowStarts || jobs.length === 0) return new Set();
     const now = Date.now();
     const byTenant = new Map<string, string[]>();
-    for (const j of jobs) byTenant.set(j.tenantId, [...(byTenant.get(j.tenantId) ?? []), j.id]);
+    for (const j of jobs) {
+      const ids = byTenant.get(j.tenantId);
+      if (ids) ids.push(j.id);
+      else byTenant.set(j.tenantId, [j.id]);
+    }
     for (const [tenantId, ids] of byTenant) {
       const turns = this.slowStarts.turns(tenantId, ids.length, now);
       ids.forEach((id, i) => {

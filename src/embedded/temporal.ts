@@ -72,13 +72,23 @@ export async function startDevServer(o: {
   for (const sa of SEARCH_ATTRIBUTES) args.push('--search-attribute', `${sa.name}=Keyword`);
   for (const dc of devServerDynamicConfig(o.dynamicConfig)) args.push('--dynamic-config-value', dc);
   const child = spawn(TEMPORAL_CLI, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  const onLine = (b: Buffer) => o.log?.(b.toString().trimEnd());
+  // The last lines it printed: an exit at start says why (a port taken, a bad flag).
+  const tail: string[] = [];
+  const onLine = (b: Buffer) => {
+    const text = b.toString().trimEnd();
+    tail.push(...text.split('\n').slice(-10));
+    tail.splice(0, Math.max(0, tail.length - 10));
+    o.log?.(text);
+  };
   child.stdout?.on('data', onLine);
   child.stderr?.on('data', onLine);
   const address = `127.0.0.1:${o.port}`;
   const deadline = Date.now() + 60_000;
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`temporal dev server exited with ${child.exitCode}`);
+    if (child.exitCode !== null)
+      throw new Error(
+        `temporal dev server exited with ${child.exitCode}${tail.length > 0 ? `: ${tail.join(' | ')}` : ''}`,
+      );
     try {
       const c = await Connection.connect({ address, connectTimeout: 1000 });
       await c.workflowService.describeNamespace({ namespace: 'default' });

@@ -12,14 +12,31 @@ import { freePortBlock, startCluster } from '../../scripts/cluster/cluster';
 import { freePort } from './test-services-port';
 import { pgServerFromUrl } from '../../scripts/cluster/postgres';
 
+/**
+ * The dev server on a free port. The port is free when chosen, not when the server binds it, and the
+ * server picks more ports of its own (HTTP, metrics, its internal services): another process may take
+ * one in between, and the server exits at start. That is retried on new ports, twice.
+ */
+async function startTestDevServer() {
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    try {
+      return await startDevServer({ port });
+    } catch (err) {
+      const message = (err as Error).message;
+      if (attempt >= 3 || !message.includes('exited with')) throw err;
+      process.stderr.write(`[test-services] ${message}; starting it again on another port\n`);
+    }
+  }
+}
+
 async function main() {
   // Private (0700), like a clone in /root: as root, embedded Postgres must work without reaching it by path.
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'a2a-push-test-'));
   const pgPort = await freePort();
   const pg = await startEmbeddedPostgres({ dir: path.join(dir, 'pg'), port: pgPort, fsync: false });
-  const temporalPort = await freePort();
   const withTemporal = process.argv.includes('--temporal');
-  const temporal = withTemporal ? await startDevServer({ port: temporalPort }) : undefined;
+  const temporal = withTemporal ? await startTestDevServer() : undefined;
   // --cluster-ui PORT: a real Temporal server (npm run cluster's) over this Postgres, its Web UI on PORT.
   const uiArg = process.argv.indexOf('--cluster-ui');
   const cluster =

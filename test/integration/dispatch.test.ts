@@ -53,6 +53,13 @@ const leaseOf = async (jobId: string) =>
     )
   ).rows[0]!;
 
+/** The writer died before starting these jobs: their lease has run out, and a claim run may take them. */
+const leaseRunsOut = (jobIds: string[]) =>
+  stack.tdb.db.query(
+    `UPDATE delivery_jobs SET dispatch_lease = now() - interval '1 second' WHERE id = ANY($1::uuid[])`,
+    [jobIds],
+  );
+
 /** An event written straight to the outbox with its jobs leased, as the API does for a direct start. */
 const writeLeased = (taskId: string, leaseMs: number) =>
   writeOutbox(stack.tdb.db, {
@@ -97,10 +104,7 @@ it('a claim run skips a job leased for a direct start, and takes it once the lea
   expect(await leaseOf(job!.id)).toEqual({ leased: true, dispatched: false });
 
   // The writer died before starting it: the lease runs out and the next claim run starts it.
-  await stack.tdb.db.query(
-    `UPDATE delivery_jobs SET dispatch_lease = now() - interval '1 second' WHERE id = $1`,
-    [job!.id],
-  );
+  await leaseRunsOut([job!.id]);
   expect(await stack.dispatcher.runOnce()).toBe(1);
   await eventually(
     async () => (await jobRow(stack, job!.id)).status,
@@ -206,10 +210,7 @@ it("a job to a target without a recent 2xx starts in the slow lane on both paths
     const t2 = `lane-claim-${crypto.randomUUID()}`;
     await createConfig(stack, t2, { id: 'c', url: claimed.url });
     const j3 = (await writeLeased(t2, 30_000)).starts[0]!.id;
-    await stack.tdb.db.query(
-      `UPDATE delivery_jobs SET dispatch_lease = now() - interval '1 second' WHERE id = $1`,
-      [j3],
-    );
+    await leaseRunsOut([j3]);
     expect(await stack.dispatcher.runOnce()).toBe(1);
     expect(await started(j3)).toEqual({ input: { jobId: j3, lane: 'slow' }, queue: `${queue}-slow` });
   } finally {
@@ -288,10 +289,7 @@ it("a tenant's slow-lane starts past SLOW_LANE_START_RATE wait for their turn, o
     const t2 = `rate-claim-${crypto.randomUUID()}`;
     for (let i = 0; i < 7; i++) await createConfig(stack, t2, { id: `c${i}`, url: claimed.url });
     const w2 = await writeLeased(t2, 30_000);
-    await stack.tdb.db.query(
-      `UPDATE delivery_jobs SET dispatch_lease = now() - interval '1 second' WHERE id = ANY($1::uuid[])`,
-      [w2.starts.map((s) => s.id)],
-    );
+    await leaseRunsOut(w2.starts.map((s) => s.id));
     const at2 = Date.now();
     expect(await d2.runOnce()).toBe(7);
     await check(

@@ -217,8 +217,8 @@ export class Dispatcher {
    * runs out and a claim run takes them, as any start lost.
    */
   private holdBack(jobs: Array<{ id: string; tenantId: string }>): Set<string> {
-    const later = new Map<string, number>();
     if (!this.slowStarts || jobs.length === 0) return new Set();
+    const later = new Map<string, number>();
     const now = Date.now();
     const byTenant = new Map<string, string[]>();
     for (const j of jobs) {

@@ -78,15 +78,19 @@ export interface Cluster {
 const say = (o: { log?: (l: string) => void }, line: string) =>
   (o.log ?? ((l: string) => process.stderr.write(`[cluster] ${l}\n`)))(line);
 
-export const freePort = () =>
-  new Promise<number>((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
+/**
+ * A port free when chosen, picked at random in 20000-31999: below the kernel's ephemeral ports
+ * (32768 and up), which every outgoing connection takes one of. A port the kernel hands out (listen on 0)
+ * may be taken by a client's connection between choosing and binding it; one here is only taken by
+ * another listener that chose the same number, which a random pick from 12,000 makes rare.
+ */
+export async function freePort(): Promise<number> {
+  for (let i = 0; i < 50; i++) {
+    const port = 20000 + Math.floor(Math.random() * 12000);
+    if (await portFree(port)) return port;
+  }
+  throw new Error('no free port in 20000-31999 after 50 tries');
+}
 
 const goEnv = () => ({ ...process.env, GOTOOLCHAIN, GOFLAGS: process.env.GOFLAGS ?? '-buildvcs=false' });
 

@@ -34,7 +34,13 @@ interface Answer {
 function request(
   port: number,
   p: string,
-  o: { method?: string; headers?: Record<string, string>; body?: unknown; agent?: http.Agent } = {},
+  o: {
+    method?: string;
+    headers?: Record<string, string>;
+    body?: unknown;
+    agent?: http.Agent;
+    timeoutMs?: number;
+  } = {},
 ) {
   return new Promise<Answer>((resolve, reject) => {
     const body = o.body === undefined ? undefined : JSON.stringify(o.body);
@@ -56,6 +62,7 @@ function request(
       },
     );
     req.on('error', reject);
+    if (o.timeoutMs) req.setTimeout(o.timeoutMs, () => req.destroy(new Error('timed out')));
     req.end(body);
   });
 }
@@ -103,10 +110,32 @@ async function ready(c: Child, ms = 40_000) {
   const deadline = Date.now() + ms;
   for (;;) {
     if (c.proc.exitCode !== null) throw new Error(`${c.kind} exited early:\n${c.output.join('')}`);
-    const r = await get(c.port, '/readyz').catch(() => undefined);
+    // Bounded: while the child is still starting, another process may hold the port and not answer.
+    const r = await request(c.port, '/readyz', { timeoutMs: 2_000 }).catch(() => undefined);
     if (r?.status === 200) return;
     if (Date.now() > deadline) throw new Error(`${c.kind} not ready:\n${c.output.join('')}`);
     await sleep(100);
+  }
+}
+
+const PORT_ENV: Record<Kind, string> = { api: 'API_PORT', inbox: 'INBOX_PORT', worker: 'WORKER_PORT' };
+
+/**
+ * Starts `kind` and waits for it to be ready. Its port is free when chosen, not when the child binds it:
+ * a child that exits with EADDRINUSE is started again on a new port, twice at most.
+ */
+async function startReady(kind: Kind): Promise<Child> {
+  for (let attempt = 1; ; attempt++) {
+    const c = start(kind);
+    try {
+      await ready(c);
+      return c;
+    } catch (err) {
+      if (attempt >= 3 || !c.output.join('').includes('EADDRINUSE')) throw err;
+      ports[kind] = await freePort();
+      env[PORT_ENV[kind]] = String(ports[kind]);
+      if (kind === 'inbox') env.PUBLIC_BASE_URL = `http://127.0.0.1:${ports.inbox}`;
+    }
   }
 }
 
@@ -178,8 +207,9 @@ beforeAll(async () => {
     OUTBOUND_CA_FILE: makeTestTls().caFile,
   };
   // All three at once: their start-ups (ts-node, the worker's webpack bundle) overlap.
-  for (const kind of ['api', 'inbox', 'worker'] as const) procs[kind] = start(kind);
-  await Promise.all(Object.values(procs).map((c) => ready(c)));
+  await Promise.all(
+    (['api', 'inbox', 'worker'] as const).map(async (kind) => (procs[kind] = await startReady(kind))),
+  );
 }, 50_000);
 
 afterAll(async () => {
@@ -296,8 +326,7 @@ it('inbox: SIGTERM stops the listener and exits 0', async () => {
 it('api: a keep-alive client that keeps polling does not hold shutdown open', async () => {
   ports.api = await freePort();
   env.API_PORT = String(ports.api);
-  const api = start('api');
-  await ready(api);
+  const api = await startReady('api');
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   const auth = { authorization: `Bearer ${apiKey}` };
   let stop = false;

@@ -16,7 +16,7 @@ import { temporalWorkerTracing } from '../tracing';
 import express from 'express';
 import { createDeliveryActivities } from '../activities/delivery';
 import { createRegistrationActivities } from '../activities/registration';
-import { parseTargetBounds, requireSettings } from '../config';
+import { parseTargetBounds, requireSettings, workflowTaskSlots } from '../config';
 import { opsRoutes } from '../api/app';
 import { createRegistry } from '../metrics';
 import type { OutboundClient } from '../outbound';
@@ -243,17 +243,21 @@ export class Workers {
       activities,
       ...(wf.sinks ? { sinks: wf.sinks } : {}),
       interceptors: { ...interceptors, workflowModules: wf.workflowModules },
-      maxConcurrentActivityTaskExecutions: 200,
-      // The lean type's fast-lane attempt is a local activity, and a run waiting for one keeps its
-      // workflow task slot the whole time (also while the attempt waits for a local activity slot):
-      // with the default 40 slots, 40 attempts on the wire would stall every other run on this worker
-      // (timers, wake signals, queries, new starts). 200 local activity slots are as many attempts at
-      // once as the 200 activity slots of the classic type; 300 workflow task slots leave 100 for the
-      // rest while up to 300 attempts are under way at once. Past that, workflow tasks wait on the
-      // server until attempts end (each within DELIVERY_TIMEOUT ≤ 60 s; a target that times out or is
-      // slow moves to the slow lane's normal activities, which hold no workflow task slot). Workflow
-      // task slots may not exceed maxCachedWorkflows (500).
-      maxConcurrentWorkflowTaskExecutions: 300,
+      maxConcurrentActivityTaskExecutions: rt.settings.WORKER_ACTIVITY_SLOTS,
+      maxConcurrentWorkflowTaskExecutions: workflowTaskSlots(rt.settings),
+      // A waiting poller holds a workflow task slot: with as many pollers as slots (the SDK's default
+      // up to 10) an idle worker has no free slot, and an eager start (EAGER_START) is always refused.
+      // Half the slots poll, 10 at most.
+      workflowTaskPollerBehavior: {
+        type: 'simple-maximum',
+        maximum: Math.min(10, Math.max(1, Math.floor(workflowTaskSlots(rt.settings) / 2))),
+      },
+      // As many of those poll the task queue as the worker's sticky queue (the SDK's default gives the
+      // task queue a fifth). A new run's first task waits in the task queue, ordered by the tenant
+      // fairness key; a cached run's later tasks wait in the sticky queue, first come. During one
+      // tenant's burst the sticky queue always has that tenant's work: with a fifth of the pollers,
+      // another tenant's new deliveries waited for the task queue's one poller (benchmark 9 (d)).
+      nonStickyToStickyPollRatio: 1,
       maxConcurrentLocalActivityExecutions: 200,
       // A backlog is thousands of deliveries asleep on timers: each cached run holds memory, and one that
       // wakes after eviction replays its few events. 500 keeps the worker's memory bounded (bench 6).

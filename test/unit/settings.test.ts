@@ -1,4 +1,10 @@
-import { loadSettings, parseDuration, parseTargetBounds, SETTING_NAMES } from '../../src/config';
+import {
+  loadSettings,
+  parseDuration,
+  parseTargetBounds,
+  SETTING_NAMES,
+  workflowTaskSlots,
+} from '../../src/config';
 import { hostAndTarget, targetOf } from '../../src/db/slots';
 import { OTEL_SETTING_NAMES, tracingRequested } from '../../src/tracing';
 
@@ -29,6 +35,17 @@ describe('settings', () => {
       LOG_LEVEL: 'info',
     });
   });
+  it("sizes the worker's workflow task slots by the delivery type unless set", () => {
+    expect(workflowTaskSlots(loadSettings({}))).toBe(10);
+    expect(workflowTaskSlots(loadSettings({ DELIVERY_WORKFLOW: 'lean' }))).toBe(300);
+    expect(
+      workflowTaskSlots(loadSettings({ WORKER_WORKFLOW_TASK_SLOTS: '40', DELIVERY_WORKFLOW: 'lean' })),
+    ).toBe(40);
+    expect(loadSettings({}).WORKER_ACTIVITY_SLOTS).toBe(200);
+    expect(() => loadSettings({ WORKER_WORKFLOW_TASK_SLOTS: '1' })).toThrow(/WORKER_WORKFLOW_TASK_SLOTS/);
+    expect(() => loadSettings({ WORKER_WORKFLOW_TASK_SLOTS: '501' })).toThrow(/WORKER_WORKFLOW_TASK_SLOTS/);
+  });
+
   it('parses every duration unit', () => {
     expect(['1500ms', '30s', '15m', '24h', '30d'].map(parseDuration)).toEqual([
       1500, 30_000, 900_000, 86_400_000, 2_592_000_000,

@@ -235,6 +235,7 @@ export class Workers {
     const activities = activitiesFor(rt, httpClient, client);
     const interceptors = { activity: activityInterceptors(rt.logger) };
     const wf = workflowTracing();
+    const wftSlots = workflowTaskSlots(rt.settings);
     const main = await Worker.create({
       connection: o.connection,
       namespace: o.namespace,
@@ -244,13 +245,13 @@ export class Workers {
       ...(wf.sinks ? { sinks: wf.sinks } : {}),
       interceptors: { ...interceptors, workflowModules: wf.workflowModules },
       maxConcurrentActivityTaskExecutions: rt.settings.WORKER_ACTIVITY_SLOTS,
-      maxConcurrentWorkflowTaskExecutions: workflowTaskSlots(rt.settings),
+      maxConcurrentWorkflowTaskExecutions: wftSlots,
       // A waiting poller holds a workflow task slot: with as many pollers as slots (the SDK's default
       // up to 10) an idle worker has no free slot, and an eager start (EAGER_START) is always refused.
       // Half the slots poll, 10 at most.
       workflowTaskPollerBehavior: {
         type: 'simple-maximum',
-        maximum: Math.min(10, Math.max(1, Math.floor(workflowTaskSlots(rt.settings) / 2))),
+        maximum: Math.min(10, Math.max(1, Math.floor(wftSlots / 2))),
       },
       // As many of those poll the task queue as the worker's sticky queue (the SDK's default gives the
       // task queue a fifth). A new run's first task waits in the task queue, ordered by the tenant

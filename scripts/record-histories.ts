@@ -248,8 +248,8 @@ async function main() {
       const ahead = (await event()).deliveries[0]!.id;
       await inLine.waitFor(1, 60_000);
       const waiter = (await event()).deliveries[0]!.id;
-      // Released as soon as the waiter's run waits for it (its timer is in the history; well inside
-      // DELIVERY_TIMEOUT, 2 s).
+      // Released as soon as the waiter's run waits for it: its start is delayed (one event in its
+      // history, with the first workflow task's backoff), well inside DELIVERY_TIMEOUT (2 s).
       await eventually(
         async () =>
           (
@@ -257,23 +257,28 @@ async function main() {
               await temporal.client.workflow
                 .getHandle(makeDeliveryWorkflowId(waiter))
                 .fetchHistory()
-                // Not started yet (the dispatcher's start is under way): no timer either.
+                // Not started yet (the dispatcher's start is under way).
                 .catch(() => ({ events: [] }))
             ).events ?? []
-          ).some((e) => e.timerStartedEventAttributes),
+          ).some(
+            (e) =>
+              Number(e.workflowExecutionStartedEventAttributes?.firstWorkflowTaskBackoff?.seconds ?? 0) > 0,
+          ),
         (held) => held,
         60_000,
       );
       openOrder();
-      // Started `behind` the first (migration 017): the saved delivery-order-wait is the shape before that.
-      await finish('order-behind', waiter, 'delivered');
-      const events = (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(waiter)).fetchHistory())
-        .events;
-      const summaries = (events ?? []).map((e) =>
-        e.userMetadata?.summary?.data ? Buffer.from(e.userMetadata.summary.data).toString() : '',
+      // Started delayed (session 16): delivery-order-behind (the wait in the run, migration 017) and
+      // delivery-order-wait (the activity's answer) are the shapes before that.
+      await finish('order-delayed', waiter, 'delivered');
+      const events =
+        (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(waiter)).fetchHistory()).events ??
+        [];
+      const wakeAt = events.findIndex(
+        (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'wake',
       );
-      if (!summaries.some((x) => x.includes(`waiting for delivery ${ahead}`)))
-        throw new Error('order-wait: the waiter was never held');
+      if (wakeAt < 0 || wakeAt > events.findIndex((e) => e.workflowTaskScheduledEventAttributes))
+        throw new Error(`order-delayed: the waiter's start delay was not ended by the wake of ${ahead}`);
       if (inLine.requests.length !== 2)
         throw new Error(`order-wait: ${inLine.requests.length} pushes, not 2`);
     } finally {

@@ -1,4 +1,4 @@
-import { describePlan } from './delivery/schedule';
+import { attemptPlanOf } from './delivery/schedule';
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -109,14 +109,7 @@ export async function startApi(
     slowStartRate: s.SLOW_LANE_START_RATE,
     knownTargets: new KnownTargets(rt.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
     workflow: s.DELIVERY_WORKFLOW,
-    plan: describePlan({
-      initialMs: s.RETRY_INITIAL,
-      factor: s.RETRY_FACTOR,
-      maxMs: s.RETRY_MAX,
-      maxAttempts: s.DELIVERY_MAX_ATTEMPTS,
-      timeoutMs: s.DELIVERY_TIMEOUT,
-      deadlineMs: s.DELIVERY_DEADLINE,
-    }),
+    plan: attemptPlanOf(s),
   });
   const queued = new Gauge({
     name: 'a2a_push_outbox_queued',

@@ -3,12 +3,14 @@ import {
   Connection,
   WorkflowExecutionAlreadyStartedError,
   WorkflowNotFoundError,
+  type WorkflowOptions,
 } from '@temporalio/client';
-import { WorkflowIdReusePolicy } from '@temporalio/common';
+import { WorkflowIdReusePolicy, type Duration } from '@temporalio/common';
 import type { NativeConnection } from '@temporalio/worker';
 import { requestIdClientInterceptor } from './request-context';
 import { temporalClientInterceptors } from './tracing';
 import { fairnessKeyOf, hostOf, makeDeliveryWorkflowId, makeRegistrationWorkflowId } from './ids';
+import type { DeliveryInput } from './workflows/delivery';
 import { ConfigId, DeliveryStatus, RegistrationId, TaskId, TenantId } from './workflows/search-attributes';
 import { callbackSignal, deleteSignal, remoteTaskSignal, wakeSignal } from './workflows/signals';
 
@@ -67,10 +69,10 @@ export interface JobToStart {
   plan?: string;
   /**
    * The unfinished earlier job of its config it was written behind (DELIVERY_ORDER=per_config): the
-   * workflow waits for that one's end (a wake) before its first attempt call.
+   * workflow's start is delayed until that one's end wakes it (BEHIND_START_DELAY_MS).
    */
   behind?: string;
-  /** With `behind`: the job's deadline (epoch ms): the wait for the wake ends by then. */
+  /** With `behind`: the job's deadline (epoch ms): the start delay ends by then. */
   deadlineAt?: number;
   /**
    * `slow`: its target has not answered a 2xx lately or is suspect (the dispatcher's hint, src/api/
@@ -94,14 +96,85 @@ export const DELIVERY_WORKFLOW_TYPES: Record<DeliveryWorkflowKind, string> = {
  * activity) with no heartbeat of its own, so this is how soon a killed worker is noticed (today's
  * activity heartbeat timeout is 20 s too). The SDK heartbeats a longer task at 80 % (16 s).
  */
-export const LEAN_WORKFLOW_TASK_TIMEOUT = '20 seconds';
+export const LEAN_WORKFLOW_TASK_TIMEOUT: Duration = '20 seconds';
 
 /**
- * Starts a job's workflow; a workflow that already exists (started before a crash) counts as started.
- * `eager`: ask for eager start (the client must be on the NativeConnection of a worker of `taskQueue`
- * in this process): the server writes the start and the first workflow task in one update and hands
- * that task back in the answer, to the local worker, with no trip through matching. Without a free
- * workflow task slot the SDK asks for a normal start, silently. Resolves true when the start was eager.
+ * How long the start of a job written `behind` another is delayed (Temporal's start delay): until the
+ * job ahead ends, whose wake (a signal-with-start, `wakeOrStartDeliveries`) ends the delay at once; at
+ * most 5 min (a wake lost to a crash: the run then asks the activity, which decides), never past the
+ * job's deadline (+1 s, so that the activity sees it passed and ends the job `expired`). As the
+ * recheck of a held job whose job ahead is not on the wire (src/activities/delivery.ts, ORDER_RECHECK_MS).
+ */
+export const BEHIND_START_DELAY_MS = 5 * 60_000;
+
+/** The start delay of a job (undefined: none): see BEHIND_START_DELAY_MS. */
+export function startDelayOf(
+  job: Pick<JobToStart, 'behind' | 'deadlineAt'>,
+  now = Date.now(),
+): number | undefined {
+  if (!job.behind) return undefined;
+  const ms = Math.min(
+    BEHIND_START_DELAY_MS,
+    job.deadlineAt !== undefined ? job.deadlineAt - now + 1_000 : BEHIND_START_DELAY_MS,
+  );
+  return ms >= 1_000 ? Math.ceil(ms) : undefined;
+}
+
+/** Where delivery workflows start, and as what: what a start and a wake-or-start both need. */
+export interface DeliveryStarter {
+  client: Client;
+  taskQueue: string;
+  kind: DeliveryWorkflowKind;
+  /** The attempt plan (settings in words), shown in every delivery workflow's static details. */
+  plan?: string | undefined;
+}
+
+/**
+ * The options of a job's workflow start (a start, or the start half of a signal-with-start). The input
+ * carries ids only. A job written `behind` another starts delayed (no workflow task, so no worker time,
+ * until its turn) with no `behind` in its input: its first workflow task calls the activity, which
+ * decides, exactly as a run started before the job ahead existed.
+ */
+function deliveryStartOptions(
+  taskQueue: string,
+  job: JobToStart,
+  kind: DeliveryWorkflowKind,
+): WorkflowOptions & { args: [DeliveryInput] } {
+  const delay = startDelayOf(job);
+  const held = job.behind && delay !== undefined;
+  return {
+    workflowId: makeDeliveryWorkflowId(job.id),
+    taskQueue,
+    ...(held ? { startDelay: delay } : {}),
+    ...(kind === 'lean' ? { workflowTaskTimeout: LEAN_WORKFLOW_TASK_TIMEOUT } : {}),
+    args: [{ jobId: job.id, ...(job.lane ? { lane: job.lane } : {}) }],
+    workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
+    // The tenant's fairness key: its workflow and activity tasks (activities inherit the
+    // workflow's priority) take turns with other tenants' in Temporal's queues.
+    priority: { fairnessKey: fairnessKeyOf(job.tenantId) },
+    typedSearchAttributes: [
+      { key: TenantId, value: job.tenantId },
+      { key: TaskId, value: job.taskId },
+      { key: ConfigId, value: job.configId },
+      { key: DeliveryStatus, value: 'queued' },
+    ],
+    staticSummary: `push task ${job.taskId} → host ${job.host}`,
+    staticDetails:
+      `task ${job.taskId}, config ${job.configId}, target host ${job.host}` +
+      (held
+        ? `\n\nwritten behind delivery ${job.behind} (an earlier event of this config): starts when that one ends`
+        : '') +
+      (job.plan ? `\n\n${job.plan}` : ''),
+  };
+}
+
+/**
+ * Starts a job's workflow; a workflow that already exists (started before a crash, or by a wake)
+ * counts as started. `eager`: ask for eager start (the client must be on the NativeConnection of a
+ * worker of `taskQueue` in this process): the server writes the start and the first workflow task in
+ * one update and hands that task back in the answer, to the local worker, with no trip through
+ * matching. Without a free workflow task slot the SDK asks for a normal start, silently; a delayed
+ * start (a job `behind` another) is never eager. Resolves true when the start was eager.
  */
 export async function startDeliveryWorkflow(
   client: Client,
@@ -110,37 +183,48 @@ export async function startDeliveryWorkflow(
   kind: DeliveryWorkflowKind = 'classic',
   eager = false,
 ): Promise<boolean> {
+  const options = deliveryStartOptions(taskQueue, job, kind);
   try {
     const handle = await client.workflow.start(DELIVERY_WORKFLOW_TYPES[kind], {
-      workflowId: makeDeliveryWorkflowId(job.id),
-      taskQueue,
-      ...(eager ? { requestEagerStart: true } : {}),
-      ...(kind === 'lean' ? { workflowTaskTimeout: LEAN_WORKFLOW_TASK_TIMEOUT } : {}),
-      args: [
-        {
-          jobId: job.id,
-          ...(job.behind ? { behind: job.behind, ...(job.deadlineAt ? { until: job.deadlineAt } : {}) } : {}),
-          ...(job.lane ? { lane: job.lane } : {}),
-        },
-      ],
-      workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
-      // The tenant's fairness key: its workflow and activity tasks (activities inherit the
-      // workflow's priority) take turns with other tenants' in Temporal's queues.
-      priority: { fairnessKey: fairnessKeyOf(job.tenantId) },
-      typedSearchAttributes: [
-        { key: TenantId, value: job.tenantId },
-        { key: TaskId, value: job.taskId },
-        { key: ConfigId, value: job.configId },
-        { key: DeliveryStatus, value: 'queued' },
-      ],
-      staticSummary: `push task ${job.taskId} → host ${job.host}`,
-      staticDetails: `task ${job.taskId}, config ${job.configId}, target host ${job.host}${job.plan ? `\n\n${job.plan}` : ''}`,
+      ...options,
+      ...(eager && !('startDelay' in options) ? { requestEagerStart: true } : {}),
     });
     return handle.eagerlyStarted;
   } catch (err) {
     if (err instanceof WorkflowExecutionAlreadyStartedError) return false;
     throw err;
   }
+}
+
+/** A woken job starts now (no delay), with the plan in its details. */
+function withoutBehind(
+  { behind: _behind, deadlineAt: _deadline, ...job }: JobToStart,
+  plan?: string,
+): JobToStart {
+  return { ...job, ...(plan ? { plan } : {}) };
+}
+
+/**
+ * Wakes jobs' workflows with a signal-with-start: a running run gets `wake`; a run in its start delay
+ * (a held job) starts its first workflow task at once (a plain signal would wait for the delay); a
+ * job whose workflow is not started yet starts now, with its wake (the dispatcher's start then finds
+ * it started); a closed run is left alone (REJECT_DUPLICATE refuses). Best effort: a lost wake is
+ * repaired by the start delay's end, the workflow's own timers and the activity's checks.
+ */
+export async function wakeOrStartDeliveries(s: DeliveryStarter, jobs: JobToStart[]): Promise<void> {
+  await Promise.all(
+    jobs.map((job) =>
+      s.client.workflow
+        .signalWithStart(DELIVERY_WORKFLOW_TYPES[s.kind], {
+          ...deliveryStartOptions(s.taskQueue, withoutBehind(job, s.plan), s.kind),
+          signal: wakeSignal,
+          signalArgs: [],
+        })
+        .catch((err: unknown) => {
+          if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+        }),
+    ),
+  ).catch(() => undefined);
 }
 
 /**
@@ -151,7 +235,11 @@ export function eagerStartClient(connection: NativeConnection, namespace: string
   return new Client({ connection, namespace, interceptors: { workflow: clientInterceptors() } });
 }
 
-/** Best effort: a lost wake is repaired by the workflow's own timer and the activity's checks. */
+/**
+ * Wakes running delivery workflows (a slot at their target was granted to them: they are in its line,
+ * so past their first workflow task). Best effort: a lost wake is repaired by the workflow's own timer
+ * and the activity's checks. A job that may be held in its start delay needs wakeOrStartDeliveries.
+ */
 export async function wakeDeliveries(client: Client, jobIds: string[]): Promise<void> {
   await Promise.all(
     jobIds.map((id) =>

@@ -22,6 +22,7 @@ import { hostOf } from '../ids';
 import { slotHeld, targetOf, type CallHealth, type HostSlots } from '../db/slots';
 import { lineAfter, lineJobOf, ON_WIRE_LIMIT_MS, unfinishedJobsOf, type LineRow } from '../db/outbox';
 import { heldBy, nextInLine, recheckMs } from '../delivery/order';
+import type { JobToStart } from '../temporal';
 
 /** Workflow time and a sample of the workflow's deterministic random: every decision is in Temporal time. */
 export interface AttemptInput {
@@ -72,8 +73,14 @@ export interface DeliveryDeps {
   logger: Logger;
   /** The host slots (OUTBOUND_HOST_CONCURRENCY), shared by every worker through Postgres. */
   slots: HostSlots;
-  /** Wakes delivery workflows (granted a slot, or their config stopped): best effort, the timers repair. */
+  /** Wakes running delivery workflows (granted a slot at their target): best effort, the timers repair. */
   wake: (jobIds: string[]) => Promise<void>;
+  /**
+   * Wakes jobs whose workflow may still be in its start delay (held behind an earlier job of its
+   * config), starting it if it has not started (src/temporal.ts, wakeOrStartDeliveries): the next job
+   * of a line, or the waiting jobs of a config that ended. Best effort: the start delay's end repairs.
+   */
+  wakeOrStart: (jobs: JobToStart[]) => Promise<void>;
   /** CONFIG_FAILING_AFTER: a config without a 2xx for this long (workflow time) stops as `failing`. */
   failingAfterMs: number;
 }
@@ -321,6 +328,20 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     if (jobIds.length > 0) void deps.wake(jobIds).catch(() => undefined);
   }
 
+  /** Wakes (or starts) jobs of the context's config, which may be held in their start delay. */
+  function wakeOrStartLater(ctx: Context, jobIds: string[]): void {
+    if (jobIds.length === 0) return;
+    const host = hostOf(ctx.url);
+    const jobs = jobIds.map((id) => ({
+      id,
+      tenantId: ctx.tenant_id,
+      taskId: ctx.task_id,
+      configId: ctx.config_id,
+      host,
+    }));
+    void deps.wakeOrStart(jobs).catch(() => undefined);
+  }
+
   /**
    * Who holds a slot or a place in line: the job's attempt, so that a stale run of an attempt (timed
    * out by Temporal while still on the wire) can never give back the slot of the job's next attempt.
@@ -377,7 +398,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       { jobId, taskId: ctx.task_id, configId: ctx.config_id, failingAfterMs: deps.failingAfterMs },
       'push config stopped: no 2xx for CONFIG_FAILING_AFTER',
     );
-    wakeLater(await unfinishedJobsOf(db, ctx.config_row_id, jobId));
+    wakeOrStartLater(ctx, await unfinishedJobsOf(db, ctx.config_row_id, jobId));
   }
 
   /** Ended without a 2xx after at least one attempt: the statuses config health looks at. */
@@ -414,13 +435,13 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
    */
   async function wakeLine(ctx: Context, status: JobStatus): Promise<void> {
     if (['cancelled', 'auth_failed', 'stopped'].includes(status)) {
-      wakeLater(await unfinishedJobsOf(db, ctx.config_row_id));
+      wakeOrStartLater(ctx, await unfinishedJobsOf(db, ctx.config_row_id));
       return;
     }
     // Read after the job's end committed: a job that joined the line and saw this one unfinished just
     // before the commit is seen only by a read after it.
     const next = nextInLine(BigInt(ctx.seq), await lineAfter(db, ctx.config_row_id, ctx.seq));
-    if (next) wakeLater([next.id]);
+    if (next) wakeOrStartLater(ctx, [next.id]);
   }
 
   async function attemptOnce(input: AttemptInput, ctx: Context): Promise<AttemptOutput> {

@@ -5,7 +5,6 @@ import { inTx, type Tx } from '../db/pool';
 import { configView, deleteConfig, getLiveConfig, listConfigs, type ConfigRow } from '../db/outbox';
 import { checkUrlStatic, countRefusal } from '../outbound';
 import { sealSecret } from '../sealing/secrets';
-import { wakeDeliveries } from '../temporal';
 import { handle, parseBody, parseQuery, rawBody } from './body';
 import { callerOf, writeAnswer, type ApiDeps } from './context';
 import { Problem, validationProblem } from './problem';
@@ -143,7 +142,7 @@ export function configRoutes(deps: ApiDeps): Router {
         const jobs = await inTx(deps.db, (tx) => deleteConfig(tx, tenantId, taskId, configId, apiKeyId));
         res.status(204).end();
         // Waiting deliveries end `cancelled` now rather than at their timers.
-        if (jobs && jobs.length > 0) void wakeDeliveries(deps.temporal, jobs);
+        if (jobs && jobs.length > 0) void deps.dispatcher.wake(jobs);
       }),
     )
     .all(allow('GET', 'DELETE'));

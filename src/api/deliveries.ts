@@ -13,7 +13,6 @@ import {
 import { currentRequestId } from '../request-context';
 import { heldBy } from '../delivery/order';
 import { currentTraceparent } from '../tracing';
-import { wakeDeliveries } from '../temporal';
 import { handle, parseBody, parseQuery, rawBody } from './body';
 import { pathId } from './configs';
 import { callerOf, writeAnswer, type ApiDeps } from './context';
@@ -105,7 +104,7 @@ export function deliveryRoutes(deps: ApiDeps): Router {
             body: deliveryView(ins.rows[0]!, []),
             after: () => {
               deps.dispatcher.kick();
-              if (superseded.length > 0) void wakeDeliveries(deps.temporal, superseded);
+              if (superseded.length > 0) void deps.dispatcher.wake(superseded);
             },
           };
         });

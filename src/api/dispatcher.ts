@@ -1,7 +1,7 @@
 import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import type { Db } from '../db/pool';
-import type { WrittenEvent } from '../db/outbox';
+import { jobsToStart, type WrittenEvent } from '../db/outbox';
 import { hostAndTarget } from '../db/slots';
 import type { KnownTargets } from './known-targets';
 import { StartRate } from './start-rate';
@@ -11,7 +11,8 @@ import { inSpan } from '../tracing';
 import {
   signalRegistration,
   startDeliveryWorkflow,
-  wakeDeliveries,
+  wakeOrStartDeliveries,
+  type DeliveryStarter,
   type DeliveryWorkflowKind,
   type JobToStart,
 } from '../temporal';
@@ -80,7 +81,7 @@ export class Dispatcher {
   private directInFlight = 0;
   private readonly directByTenant = new Map<string, number>();
   private directFailed = false;
-  private toMark: Array<{ id: string; behind?: string | undefined }> = [];
+  private toMark: Array<Omit<JobToStart, 'plan'>> = [];
   private marking: Promise<void> | undefined;
   private readonly directRuns = new Set<Promise<void>>();
   private readonly slowStarts: StartRate | undefined;
@@ -164,29 +165,24 @@ export class Dispatcher {
       const run = plan
         .then(async ({ slow, later }) => {
           // Past its tenant's rate: no start now; the claim run starts it at its turn.
-          if (later.has(j.id)) return false;
-          await this.startJob(
-            {
-              id: j.id,
-              tenantId,
-              taskId,
-              configId: j.configId,
-              host: j.host,
-              ...(j.behind
-                ? { behind: j.behind, ...(j.deadlineAt ? { deadlineAt: j.deadlineAt } : {}) }
-                : {}),
-              ...(slow.has(j.id) ? { lane: 'slow' as const } : {}),
-            },
-            'direct',
-            traceparent,
-          );
-          return true;
+          if (later.has(j.id)) return undefined;
+          const job = {
+            id: j.id,
+            tenantId,
+            taskId,
+            configId: j.configId,
+            host: j.host,
+            ...(j.behind ? { behind: j.behind, ...(j.deadlineAt ? { deadlineAt: j.deadlineAt } : {}) } : {}),
+            ...(slow.has(j.id) ? { lane: 'slow' as const } : {}),
+          };
+          await this.startJob(job, 'direct', traceparent);
+          return job;
         })
         .then(
           (started) => {
             if (!started) return;
             this.directFailed = false;
-            this.markDispatched(j.id, j.behind);
+            this.markDispatched(started);
           },
           async (err: unknown) => {
             // Temporal refused or is away: until a claim run succeeds, writes leave their jobs to it.
@@ -313,8 +309,8 @@ export class Dispatcher {
   }
 
   /** Marks directly started jobs dispatched, many per statement when they come together. */
-  private markDispatched(id: string, behind?: string): void {
-    this.toMark.push({ id, behind });
+  private markDispatched(job: Omit<JobToStart, 'plan'>): void {
+    this.toMark.push(job);
     if (this.marking) return;
     this.marking = (async () => {
       while (this.toMark.length > 0) {
@@ -330,13 +326,14 @@ export class Dispatcher {
   }
 
   /**
-   * Jobs started `behind` an earlier job of their config wait for that one's end to wake them. One
-   * that ended between the write and the start found no workflow to wake (its read of the line came
-   * too early, or its signal came before the start): read once more now that the starts are done, and
-   * wake those whose job ahead has ended. (An end after this read sees the started job.) Best effort:
-   * a wake lost anyway is repaired by the workflow's own recheck.
+   * Jobs started `behind` an earlier job of their config wait in their start delay for that one's end
+   * to wake them. One that ended between the write and the start may have missed this job (its read of
+   * the line came too early): read once more now that the starts are done, and wake those whose job
+   * ahead has ended. (An end after the write's commit sees the job, and its wake starts the workflow
+   * if the start has not come yet.) Best effort: a wake lost anyway is repaired by the end of the
+   * start delay.
    */
-  private async wakeIfAheadEnded(started: Array<{ id: string; behind?: string | null }>): Promise<void> {
+  private async wakeIfAheadEnded(started: Array<Omit<JobToStart, 'plan'>>): Promise<void> {
     const held = started.filter((j) => j.behind);
     if (held.length === 0) return;
     try {
@@ -346,13 +343,38 @@ export class Dispatcher {
           WHERE b.status NOT IN ('queued', 'in_flight', 'waiting_retry')`,
         [held.map((j) => j.id), held.map((j) => j.behind)],
       );
-      if (r.rows.length > 0)
-        await wakeDeliveries(
-          this.o.client,
-          r.rows.map((x) => x.id),
+      const ended = new Set(r.rows.map((x) => x.id));
+      if (ended.size > 0)
+        await wakeOrStartDeliveries(
+          this.starter,
+          held.filter((j) => ended.has(j.id)),
         );
     } catch (err) {
       this.o.logger.warn({ err: (err as Error).message }, 'checking the lines of started jobs failed');
+    }
+  }
+
+  /** Where this dispatcher starts delivery workflows, and as what (its wakes start them the same way). */
+  private get starter(): DeliveryStarter {
+    return {
+      client: this.o.client,
+      taskQueue: this.o.taskQueue,
+      kind: this.o.workflow ?? 'classic',
+      plan: this.o.plan,
+    };
+  }
+
+  /**
+   * Wakes jobs whose workflow may wait in its start delay (held behind an earlier job of its config)
+   * or on a timer: superseded, their config deleted, or a head asked for an early attempt. Loads what
+   * a start needs (a wake starts a job whose workflow has not started yet); best effort, as every wake.
+   */
+  async wake(jobIds: string[]): Promise<void> {
+    if (jobIds.length === 0) return;
+    try {
+      await wakeOrStartDeliveries(this.starter, await jobsToStart(this.o.db, jobIds));
+    } catch (err) {
+      this.o.logger.warn({ err: (err as Error).message }, 'waking deliveries failed; their timers repair it');
     }
   }
 
@@ -501,7 +523,18 @@ export class Dispatcher {
     const startedSet = new Set(started);
     const notStarted = toStart.map((j) => j.id).filter((id) => !startedSet.has(id));
     await this.markStarted(started);
-    await this.wakeIfAheadEnded(jobs.filter((j) => startedSet.has(j.id)));
+    await this.wakeIfAheadEnded(
+      jobs
+        .filter((j) => startedSet.has(j.id) && j.behind)
+        .map((j) => ({
+          id: j.id,
+          tenantId: j.tenant_id,
+          taskId: j.task_id,
+          configId: j.config_id,
+          host: parts.get(j.id)!.host,
+          behind: j.behind!,
+        })),
+    );
     if (started.length > 0) this.directFailed = false;
     if (notStarted.length > 0) {
       await this.releaseLeases(notStarted);

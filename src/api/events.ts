@@ -3,7 +3,6 @@ import { writeEvent } from '../db/outbox';
 import { rawMemberText } from '../json-span';
 import { eventWrites } from '../metrics';
 import { validateStreamResponse } from '../stream-response';
-import { wakeDeliveries } from '../temporal';
 import { currentTraceparent, inSpan } from '../tracing';
 import { handle, parseBody, rawBody } from './body';
 import { pathId } from './configs';
@@ -67,7 +66,7 @@ export function eventRoutes(deps: ApiDeps): Router {
                 if (leaseMs !== undefined) deps.dispatcher.startNow(tenantId, taskId, w.starts, traceparent);
                 else deps.dispatcher.kick();
               const wake = [...w.superseded, ...w.woken];
-              if (wake.length > 0) void wakeDeliveries(deps.temporal, wake);
+              if (wake.length > 0) void deps.dispatcher.wake(wake);
             },
           };
         });

@@ -1,10 +1,11 @@
 import type { Db, Tx } from './pool';
 import { audit } from './audit';
 import { MASK } from '../sealing/keyring';
-import { makeDeliveryWorkflowId } from '../ids';
+import { hostOf, makeDeliveryWorkflowId } from '../ids';
+import { hostAndTarget } from './slots';
 import { currentRequestId } from '../request-context';
 import type { LineJob } from '../delivery/order';
-import { hostAndTarget } from './slots';
+import type { JobToStart } from '../temporal';
 
 export type ConfigStatus = 'active' | 'auth_failed' | 'stopped';
 export const UNFINISHED = ['queued', 'in_flight', 'waiting_retry'] as const;
@@ -85,6 +86,29 @@ export async function unfinishedJobsOf(db: Db | Tx, configRowId: string, except?
 }
 
 /** Soft-deletes a config and shreds its credential. Returns the ids of its unfinished jobs, to wake them. */
+/** What a workflow start of these jobs needs (ids and the target's host: nothing secret). */
+export async function jobsToStart(db: Db | Tx, ids: string[]): Promise<JobToStart[]> {
+  const r = await db.query<{
+    id: string;
+    tenant_id: string;
+    task_id: string;
+    config_id: string;
+    url: string;
+  }>(
+    `SELECT j.id, j.tenant_id, j.task_id, j.config_id, c.url
+       FROM delivery_jobs j JOIN push_configs c ON c.row_id = j.config_row_id
+      WHERE j.id = ANY($1::uuid[])`,
+    [ids],
+  );
+  return r.rows.map((j) => ({
+    id: j.id,
+    tenantId: j.tenant_id,
+    taskId: j.task_id,
+    configId: j.config_id,
+    host: hostOf(j.url),
+  }));
+}
+
 export async function deleteConfig(
   tx: Tx,
   tenantId: string,

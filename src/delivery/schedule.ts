@@ -43,3 +43,22 @@ export function describePlan(s: RetrySettings & { timeoutMs: number; deadlineMs:
     `± 20 % (at most ${secs(s.maxMs)}, longer on Retry-After); deadline ${secs(s.deadlineMs)} after the event`
   );
 }
+
+/** The attempt plan of the service's settings: the same words wherever a delivery workflow starts. */
+export function attemptPlanOf(s: {
+  RETRY_INITIAL: number;
+  RETRY_FACTOR: number;
+  RETRY_MAX: number;
+  DELIVERY_MAX_ATTEMPTS: number;
+  DELIVERY_TIMEOUT: number;
+  DELIVERY_DEADLINE: number;
+}): string {
+  return describePlan({
+    initialMs: s.RETRY_INITIAL,
+    factor: s.RETRY_FACTOR,
+    maxMs: s.RETRY_MAX,
+    maxAttempts: s.DELIVERY_MAX_ATTEMPTS,
+    timeoutMs: s.DELIVERY_TIMEOUT,
+    deadlineMs: s.DELIVERY_DEADLINE,
+  });
+}

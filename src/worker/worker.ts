@@ -22,7 +22,8 @@ import { createRegistry } from '../metrics';
 import type { OutboundClient } from '../outbound';
 import { pgReachable } from '../db/pool';
 import { DEFAULT_SLOT_SETTINGS, HostSlots } from '../db/slots';
-import { wakeDeliveries } from '../temporal';
+import { attemptPlanOf } from '../delivery/schedule';
+import { wakeDeliveries, wakeOrStartDeliveries, type DeliveryStarter } from '../temporal';
 import { isUuid } from '../ids';
 import { Client } from '@temporalio/client';
 import type { Runtime } from '../runtime';
@@ -71,6 +72,13 @@ export function activitiesFor(rt: Runtime, httpClient: OutboundClient, client: C
   // workflow to wake.
   const wake = (holders: string[]) =>
     wakeDeliveries(client, [...new Set(holders.map((h) => h.split(':')[0]!))].filter(isUuid));
+  // The next job of a line may wait in its start delay: it is woken (or started) as the dispatcher starts it.
+  const starter: DeliveryStarter = {
+    client,
+    taskQueue: s.TASK_QUEUE,
+    kind: s.DELIVERY_WORKFLOW,
+    plan: attemptPlanOf(s),
+  };
   const registration = createRegistrationActivities({
     db: rt.db,
     keyring: rt.keyring,
@@ -98,6 +106,7 @@ export function activitiesFor(rt: Runtime, httpClient: OutboundClient, client: C
     logger: rt.logger,
     slots,
     wake,
+    wakeOrStart: (jobs) => wakeOrStartDeliveries(starter, jobs),
     failingAfterMs: s.CONFIG_FAILING_AFTER,
   });
   return { ...delivery, ...registration };

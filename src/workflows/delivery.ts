@@ -31,7 +31,9 @@ export interface DeliveryInput {
    * DELIVERY_ORDER=per_config: the unfinished earlier job of its config this one was written behind.
    * The run waits for a wake (that job's end) before its first attempt call, rather than calling the
    * activity only to learn it is held; the activity still decides once woken. Absent in runs started
-   * before it (their histories replay unchanged).
+   * before it (their histories replay unchanged). Dispatchers since session 16 no longer set it: such
+   * a job's start is delayed instead (src/temporal.ts, BEHIND_START_DELAY_MS), so it has no workflow
+   * task at all until its wake; runs started with it (by an older dispatcher) still wait as before.
    */
   behind?: string;
   /** With `behind`: the job's deadline (epoch ms): the wait for the wake ends by then (to expire it). */

@@ -232,9 +232,9 @@ async function checkLine(
 const secs = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
 /**
- * How each workflow's waits for the job before it ended, from its history: woken (timer cancelled) or
- * by its recheck timer firing (a wake that never came). Returns the rechecks that fired, as
- * "#k after N s".
+ * How each workflow's waits for the job before it ended, from its history: woken (timer cancelled, or
+ * a start delay ended by a `wake` signal-with-start) or by its recheck (the timer firing, or the start
+ * delay running out: a wake that never came). Returns the rechecks that fired, as "#k after N s".
  */
 async function rechecksFired(ids: string[]): Promise<string[]> {
   const connection = await Connection.connect({ address: server!.address });
@@ -244,7 +244,19 @@ async function rechecksFired(ids: string[]): Promise<string[]> {
     for (const [k, id] of ids.entries()) {
       const h = await client.workflow.getHandle(makeDeliveryWorkflowId(id)).fetchHistory();
       const inLine = new Map<string, number>();
-      for (const e of h.events ?? []) {
+      const events = h.events ?? [];
+      // A job written behind another starts delayed; its first workflow task without a wake before it
+      // is the delay's end.
+      const delay = Number(
+        events[0]?.workflowExecutionStartedEventAttributes?.firstWorkflowTaskBackoff?.seconds ?? 0,
+      );
+      const firstTask = events.findIndex((e) => e.workflowTaskScheduledEventAttributes);
+      const woken = events.findIndex(
+        (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'wake',
+      );
+      if (delay > 0 && firstTask >= 0 && (woken < 0 || woken > firstTask))
+        fired.push(`#${k + 1} after its start delay of ${delay} s`);
+      for (const e of events) {
         const a = e.timerStartedEventAttributes;
         const data = e.userMetadata?.summary?.data;
         const summary = data ? (JSON.parse(Buffer.from(data).toString()) as string) : '';

@@ -41,6 +41,7 @@ const acts = () =>
     logger: pino({ level: 'silent' }),
     slots: new HostSlots(tdb.db, { ...DEFAULT_SLOT_SETTINGS, capacity: 8 }),
     wake: async () => undefined,
+    wakeOrStart: async () => undefined,
     failingAfterMs: 5 * DAY,
   });
 

@@ -32,6 +32,7 @@ const activities = (timeoutMs: number) =>
     logger: pino({ level: 'silent' }),
     slots: new HostSlots(tdb.db, { ...DEFAULT_SLOT_SETTINGS, capacity: 8 }),
     wake: async () => undefined,
+    wakeOrStart: async () => undefined,
     failingAfterMs: 5 * 86_400_000,
   });
 

@@ -166,12 +166,21 @@ describe('FIFO per config (retries 2 s)', () => {
       () => orderRow(stack, second),
       (j) => j.held_by === head,
     );
-    // What an operator sees of a held job: the status query (the Web UI's details say the same).
-    const st = await eventually(
-      () => temporal.client.workflow.getHandle(makeDeliveryWorkflowId(jobs[4]!)).query(deliveryStatusQuery),
-      (q) => q.waitingFor !== undefined,
+    // What an operator sees of a held job in the Web UI: a running workflow in its start delay (no
+    // workflow task yet, so no worker time) whose details name the delivery it waits for.
+    const heldWf = temporal.client.workflow.getHandle(makeDeliveryWorkflowId(jobs[4]!));
+    const d = await heldWf.describe();
+    expect(d.status.name).toBe('RUNNING');
+    expect(await d.staticDetails()).toContain(
+      `written behind delivery ${jobs[3]} (an earlier event of this config): starts when that one ends`,
     );
-    expect(st).toMatchObject({ status: 'queued', attempts: 0, waitingFor: jobs[3] });
+    const heldHistory = (await heldWf.fetchHistory()).events ?? [];
+    expect(heldHistory).toHaveLength(1);
+    expect(
+      Number(heldHistory[0]!.workflowExecutionStartedEventAttributes!.firstWorkflowTaskBackoff!.seconds),
+    ).toBeGreaterThan(200);
+    // Its status query has no run to ask yet: a clear refusal, not a wait.
+    await expect(heldWf.query(deliveryStatusQuery)).rejects.toThrow(/Failed to query/);
     last.release();
 
     for (const id of jobs) await statusIs(stack, id, 'delivered');

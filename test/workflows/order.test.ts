@@ -1,8 +1,8 @@
 /**
  * Ordered delivery (DELIVERY_ORDER=per_config, the default) on the time-skipping server: a job whose
- * config has an earlier job on the wire waits without an attempt, says so where an operator looks (the
- * Web UI's current details, the timer's summary, the `status` query, GET /v1/deliveries/{id}), and is
- * delivered once the earlier one ends, woken by it. Under both delivery workflow types
+ * config has an earlier job on the wire waits without an attempt and without a workflow task (its
+ * start is delayed), says so where an operator looks (the Web UI's details, GET /v1/deliveries/{id}),
+ * and is delivered once the earlier one ends, woken by it. Under both delivery workflow types
  * (DELIVERY_WORKFLOW classic and lean): what an operator sees is the same.
  */
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -47,14 +47,6 @@ async function currentDetails(workflowId: string): Promise<string | undefined> {
   return m.currentDetails;
 }
 
-/** The summaries of a workflow's timers, as the Web UI labels them on the timeline. */
-async function timerSummaries(workflowId: string): Promise<string[]> {
-  const events = (await env.client.workflow.getHandle(workflowId).fetchHistory()).events ?? [];
-  return events
-    .filter((e) => e.timerStartedEventAttributes && e.userMetadata?.summary?.data)
-    .map((e) => JSON.parse(Buffer.from(e.userMetadata!.summary!.data!).toString()) as string);
-}
-
 describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time-skipping)', (kind) => {
   it("a job held behind its config's earlier job on the wire waits, says for whom, and is delivered after it", async () => {
     let release: () => void = () => undefined;
@@ -73,28 +65,27 @@ describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time
     const second = (await writeEvent(stack, taskId, { task: { id: taskId, n: 2 } })).deliveries[0]!.id;
     const wf = makeDeliveryWorkflowId(second);
 
-    // Held: no attempt, and every place an operator looks names the delivery it waits for.
-    const held = `waiting for delivery ${first} (earlier event of this config)`;
+    // Held: no attempt, no workflow task (its start is delayed until its wake), and every place an
+    // operator looks names the delivery it waits for: the Web UI's details and GET /v1/deliveries/{id}.
     await eventually(
-      () => currentDetails(wf).catch(() => undefined),
-      (d) => d === held,
+      () =>
+        env.client.workflow
+          .getHandle(wf)
+          .describe()
+          .catch(() => undefined),
+      (d) => d?.status.name === 'RUNNING',
     );
-    expect(await env.client.workflow.getHandle(wf).query(deliveryStatusQuery)).toEqual({
-      status: 'queued',
-      attempts: 0,
-      waitingFor: first,
-      // Started behind it: the wait for its wake, bounded by the 5 min recheck (and its deadline).
-      nextAttemptInMs: 300_000,
-    });
-    expect(await timerSummaries(wf)).toEqual([held]);
-    // Written behind the first one, it was started knowing so: no attempt call while it waits (no
-    // activity task, no local-activity marker), only the wait's timer.
+    expect(await (await env.client.workflow.getHandle(wf).describe()).staticDetails()).toContain(
+      `written behind delivery ${first} (an earlier event of this config): starts when that one ends`,
+    );
     const heldHistory = (await env.client.workflow.getHandle(wf).fetchHistory()).events ?? [];
-    const [input] = heldHistory[0]!.workflowExecutionStartedEventAttributes!.input!.payloads!;
-    expect(JSON.parse(Buffer.from(input!.data!).toString())).toMatchObject({ jobId: second, behind: first });
-    expect(
-      heldHistory.filter((e) => e.activityTaskScheduledEventAttributes || e.markerRecordedEventAttributes),
-    ).toEqual([]);
+    expect(heldHistory).toHaveLength(1);
+    const started = heldHistory[0]!.workflowExecutionStartedEventAttributes!;
+    // Delayed by the 5 min recheck (and at most to its deadline): the wake ends the delay at once.
+    expect(Number(started.firstWorkflowTaskBackoff!.seconds)).toBe(300);
+    // The input carries the job's id only: once it starts, the activity decides (as for any job).
+    const [input] = started.input!.payloads!;
+    expect(JSON.parse(Buffer.from(input!.data!).toString())).toEqual({ jobId: second });
     const view = await json(stack.api(`/v1/deliveries/${second}`));
     expect(view).toMatchObject({ status: 'queued', waitingFor: first, sequence: 2, attempts: [] });
     expect(await attemptRows(stack, second)).toEqual([]);
@@ -110,14 +101,14 @@ describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time
       [first, '1'],
       [second, '2'],
     ]);
-    // Woken by the first one's end, not by its own recheck: a `wake` signal, and the recheck timer never fired.
+    // Woken by the first one's end, not by the end of its delay: a `wake` signal (with start) came
+    // before its first workflow task, and it set no timer of its own.
     const events = (await env.client.workflow.getHandle(wf).fetchHistory()).events ?? [];
-    expect(
-      events.filter((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'wake'),
-    ).not.toEqual([]);
-    expect(events.filter((e) => e.timerFiredEventAttributes)).toEqual([]);
-    // Its one attempt call came after the wake.
     const wakeAt = events.findIndex((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'wake');
+    expect(wakeAt).toBeGreaterThan(0);
+    expect(wakeAt).toBeLessThan(events.findIndex((e) => e.workflowTaskScheduledEventAttributes));
+    expect(events.filter((e) => e.timerStartedEventAttributes)).toEqual([]);
+    // Its one attempt call came after the wake.
     const callAt = events.findIndex(
       (e) => e.activityTaskScheduledEventAttributes || e.markerRecordedEventAttributes,
     );
@@ -156,13 +147,20 @@ describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time
     // The head's retry comes now (the event woke it), not after its backoff; the new job waits behind it.
     await receiver.waitFor(2);
     await eventually(
-      () => currentDetails(wf).catch(() => undefined),
-      (d) => d === `waiting for delivery ${first} (earlier event of this config)`,
+      () =>
+        env.client.workflow
+          .getHandle(wf)
+          .describe()
+          .catch(() => undefined),
+      (d) => d?.status.name === 'RUNNING',
     );
-    expect(await env.client.workflow.getHandle(wf).query(deliveryStatusQuery)).toMatchObject({
+    expect(await (await env.client.workflow.getHandle(wf).describe()).staticDetails()).toContain(
+      `written behind delivery ${first}`,
+    );
+    expect(await json(stack.api(`/v1/deliveries/${second}`))).toMatchObject({
       status: 'queued',
-      attempts: 0,
       waitingFor: first,
+      attempts: [],
     });
     release();
     expect(await deliveryResult(env.client, first)).toMatchObject({ status: 'delivered', attempts: 2 });

@@ -1,3 +1,4 @@
+import { Client, Connection } from '@temporalio/client';
 import { Client as PgClient } from 'pg';
 import { createApiKey } from '../src/db/apikeys';
 import { createPool } from '../src/db/pool';
@@ -245,6 +246,70 @@ function timeline(ctx: BenchContext, sent: Map<string, number>, edgesS = [0, 10,
 }
 
 /** Each stream event's job times (epoch ms): written, workflow started, first attempt started. */
+/**
+ * Where B's time went inside Temporal and the worker, from its workflows' histories (the dev server's
+ * clock: the same machine's): first workflow task scheduled → started (matching: a poller and a slot
+ * of the worker free), started → completed (the worker ran it), activity scheduled → started
+ * (matching again), activity started → completed, then the second workflow task's queue. p50 / p90 ms.
+ */
+async function temporalStagesOf(
+  address: string,
+  pg: PgClient,
+  sent: Map<string, number>,
+): Promise<Record<string, number>> {
+  const r = await pg.query<{ job: string }>(
+    `SELECT j.id AS job FROM delivery_jobs j JOIN task_events e ON e.id = j.event_id
+      WHERE substring(e.body FROM '"bench":"([^"]+)"') = ANY($1::text[])`,
+    [[...sent.keys()]],
+  );
+  const stages: Record<string, number[]> = {
+    'start→task1 scheduled': [],
+    'task1 queue': [],
+    'task1 run': [],
+    'activity queue': [],
+    'activity run': [],
+    'task2 queue': [],
+    'task2 run': [],
+  };
+  const connection = await Connection.connect({ address });
+  try {
+    const client = new Client({ connection });
+    for (const { job } of r.rows) {
+      const events = (await client.workflow.getHandle(`delivery-${job}`).fetchHistory()).events ?? [];
+      const at = (e: (typeof events)[number] | undefined) =>
+        e?.eventTime ? Number(e.eventTime.seconds) * 1000 + Math.round((e.eventTime.nanos ?? 0) / 1e6) : NaN;
+      const all = (k: keyof (typeof events)[number]) => events.filter((e) => e[k]);
+      const scheduled = all('workflowTaskScheduledEventAttributes');
+      const started = all('workflowTaskStartedEventAttributes');
+      const completed = all('workflowTaskCompletedEventAttributes');
+      const push = (k: string, v: number) => {
+        if (Number.isFinite(v)) stages[k]!.push(v);
+      };
+      push('start→task1 scheduled', at(scheduled[0]) - at(events[0]));
+      push('task1 queue', at(started[0]) - at(scheduled[0]));
+      push('task1 run', at(completed[0]) - at(started[0]));
+      push(
+        'activity queue',
+        at(all('activityTaskStartedEventAttributes')[0]) - at(all('activityTaskScheduledEventAttributes')[0]),
+      );
+      push(
+        'activity run',
+        at(all('activityTaskCompletedEventAttributes')[0]) - at(all('activityTaskStartedEventAttributes')[0]),
+      );
+      push('task2 queue', at(started[1]) - at(scheduled[1]));
+      push('task2 run', at(completed[1]) - at(started[1]));
+    }
+  } finally {
+    await connection.close();
+  }
+  const out: Record<string, number> = {};
+  for (const [k, v] of Object.entries(stages)) {
+    out[`${k} p50`] = round(percentile(v, 50));
+    out[`${k} p90`] = round(percentile(v, 90));
+  }
+  return out;
+}
+
 async function eventRows(pg: PgClient, sent: Map<string, number>) {
   const r = await pg.query<{
     id: string;
@@ -436,6 +501,8 @@ async function hostScenario(ctx: BenchContext, s: HostScenario, streamS: number,
 async function fairnessRun(ctx: BenchContext, fairness: boolean, z: ReturnType<typeof sizes>) {
   const temporal = await startBenchTemporal(ctx.dir, 'wal', undefined, undefined, [
     `matching.enableFairness=${fairness}`,
+    // BENCH9_DYNAMIC_CONFIG: more dynamic config for (d)'s dev servers (key=value;key=value), to try one.
+    ...(process.env.BENCH9_DYNAMIC_CONFIG?.split(';').filter(Boolean) ?? []),
   ]);
   try {
     const targets = await startTargets(['127.0.3.1'], { kind: 'ok' });
@@ -447,6 +514,9 @@ async function fairnessRun(ctx: BenchContext, fairness: boolean, z: ReturnType<t
       await apiA.createConfigs(tasksA, 1, targets.urls[0]!);
       const idleRun = await stream(apiB, healthyTasks, `${runId}-idle`, 1000, (i) => i >= z.idleEvents);
       const idle = await streamLatency(ctx, idleRun.sent, 60_000);
+      const idleTemporal = await temporalStagesOf(temporal.address, st.pg, idleRun.sent).catch(
+        (err: unknown) => ({ error: String(err) }),
+      );
       const plan = eventPlan(z.burst.events, tasksA, `${runId}-burst`);
       const t0 = Date.now();
       await pool(plan, 32, (e) => apiA.postEvent(e.taskId, e.id));
@@ -464,6 +534,11 @@ async function fairnessRun(ctx: BenchContext, fairness: boolean, z: ReturnType<t
       );
       const busyLat = await streamLatency(ctx, busy.sent, z.waitMs);
       const busyStages = await stagesOf(ctx, st.pg, busy.sent);
+      const busyTemporal = await temporalStagesOf(temporal.address, st.pg, busy.sent).catch(
+        (err: unknown) => ({
+          error: String(err),
+        }),
+      );
       const busyTimeline = timeline(ctx, busy.sent);
       const busySlowest = await slowest(ctx, st.pg, busy.sent, 8);
       try {
@@ -478,6 +553,8 @@ async function fairnessRun(ctx: BenchContext, fairness: boolean, z: ReturnType<t
         busy: busyLat.lat,
         busyUndelivered: busyLat.undelivered,
         busyStages,
+        busyTemporal,
+        idleTemporal,
         busyTimeline,
         busySlowest,
         busyEvents: busy.sent.size,
@@ -670,7 +747,7 @@ export const isolationBenchmark: Benchmark = {
       );
       notes.push(
         `${series}: B idle p50/p99 ${r.idle.p50}/${r.idle.p99} ms (${z.idleEvents} events); during the burst ${r.busyEvents} events, p50/p99 ${r.busy.p50}/${r.busy.p99} ms (× ${ratio(r.busy.p50, r.idle.p50)}), ${r.busyUndelivered} undelivered; ` +
-          `A's ${z.burst.events} events over ${z.burst.configs} configs written in ${r.writtenS} s, ${r.burstDelivered} delivered, last ${r.burstDrainS} s after the first write; A's jobs ${JSON.stringify(r.burstJobs)}, their workflows started (after A's first write) ${r.burstStarts}; B's stages during the burst (ms) ${JSON.stringify(r.busyStages)}; B's p50 by stretch of its stream: ${r.busyTimeline}; B's slowest (offset: total ms (written, → started, → attempt, → seen)): ${r.busySlowest}.`,
+          `A's ${z.burst.events} events over ${z.burst.configs} configs written in ${r.writtenS} s, ${r.burstDelivered} delivered, last ${r.burstDrainS} s after the first write; A's jobs ${JSON.stringify(r.burstJobs)}, their workflows started (after A's first write) ${r.burstStarts}; B's stages during the burst (ms) ${JSON.stringify(r.busyStages)}; in Temporal and the worker (ms, from B's histories) ${JSON.stringify(r.busyTemporal)}, idle ${JSON.stringify(r.idleTemporal)}; B's p50 by stretch of its stream: ${r.busyTimeline}; B's slowest (offset: total ms (written, → started, → attempt, → seen)): ${r.busySlowest}.`,
       );
     }
     notes.unshift(

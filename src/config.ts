@@ -151,8 +151,9 @@ export const settingsSchema = z
     DELIVERY_WORKFLOW: z.enum(['classic', 'lean']).default('classic'),
     // Where the api runs in one process with a worker (npm start; `main.ts api,worker`), `on` makes its
     // dispatcher start delivery workflows eagerly, handing the first workflow task straight to that
-    // worker. Off by default: no gain measured beyond noise, and it skips the queue where fairness acts.
-    EAGER_START: z.enum(['on', 'off']).default('off'),
+    // worker (a fresh job's first task never waits in the task queue behind another tenant's backlog;
+    // held jobs start delayed and their wakes queue, fairly). No effect on an api alone.
+    EAGER_START: z.enum(['on', 'off']).default('on'),
     // Calls to one target (host or address, plus port) on the wire at once, across all workers.
     OUTBOUND_HOST_CONCURRENCY: int(8, 1, 10_000),
     // Per-target bounds in place of OUTBOUND_HOST_CONCURRENCY (a known receiver that takes more, or less).

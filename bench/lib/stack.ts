@@ -122,15 +122,16 @@ export function takeDeliveryOrders(): string[] {
 }
 
 /**
- * How the service processes are laid out (issue 21): `split`, one process per role (the default, as
- * production runs it with `main.ts api|inbox|worker`), or `combined`, the api and the first worker in
- * one process (`main.ts api,worker`), whose dispatcher starts workflows eagerly (EAGER_START=on
- * unless the run's env says otherwise).
+ * How the service processes are laid out (issue 21): `combined` (the default since session 16, as
+ * `npm start` and docker-compose's api service run it), the api and the first worker in one process
+ * (`main.ts api,worker`), whose dispatcher starts workflows eagerly (EAGER_START=on unless the run's
+ * env says otherwise), further workers and the inbox apart; or `split`, one process per role
+ * (`main.ts api|inbox|worker`).
  * `BENCH_LAYOUT` picks it for the whole suite.
  */
 export type Layout = 'split' | 'combined';
 export function benchLayout(): Layout {
-  const v = process.env.BENCH_LAYOUT ?? 'split';
+  const v = process.env.BENCH_LAYOUT ?? 'combined';
   if (v !== 'split' && v !== 'combined') throw new Error(`BENCH_LAYOUT: split or combined, not ${v}`);
   return v;
 }

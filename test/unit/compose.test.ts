@@ -183,6 +183,8 @@ describe('docker-compose.yml', () => {
     const env = processEnv(p);
     const settings = loadSettings(env);
     expect(() => requireSettings(settings, REQUIRED[p])).not.toThrow();
+    // The api service runs a worker too.
+    if (p === 'api') expect(() => requireSettings(settings, REQUIRED.worker)).not.toThrow();
     expect(settings.SEAL_KEYS).toBe(SAMPLES.SEAL_KEYS);
     expect(settings.PUBLIC_BASE_URL).toBe(SAMPLES.PUBLIC_BASE_URL);
     // Wired to the services of this file.
@@ -256,7 +258,7 @@ describe('docker-compose.yml', () => {
     expect(script).toMatch(/namespace create/);
   });
 
-  it('runs `node dist/src/main.js api|inbox|worker` from the image', () => {
+  it('runs `node dist/src/main.js api,worker|inbox|worker` from the image (the api beside a worker)', () => {
     const entrypoint = dockerfileArray('ENTRYPOINT');
     const cmd = dockerfileArray('CMD');
     for (const p of PROCESSES) {
@@ -265,7 +267,7 @@ describe('docker-compose.yml', () => {
         ...(svc.entrypoint ? argv(svc.entrypoint) : entrypoint),
         ...(svc.command ? argv(svc.command) : cmd),
       ];
-      expect(full).toEqual(['node', 'dist/src/main.js', p]);
+      expect(full).toEqual(['node', 'dist/src/main.js', p === 'api' ? 'api,worker' : p]);
     }
   });
 });

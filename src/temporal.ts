@@ -140,12 +140,12 @@ function deliveryStartOptions(
   job: JobToStart,
   kind: DeliveryWorkflowKind,
 ): WorkflowOptions & { args: [DeliveryInput] } {
+  // Undefined unless the job is `behind` another (and its deadline is not past).
   const delay = startDelayOf(job);
-  const held = job.behind && delay !== undefined;
   return {
     workflowId: makeDeliveryWorkflowId(job.id),
     taskQueue,
-    ...(held ? { startDelay: delay } : {}),
+    ...(delay !== undefined ? { startDelay: delay } : {}),
     ...(kind === 'lean' ? { workflowTaskTimeout: LEAN_WORKFLOW_TASK_TIMEOUT } : {}),
     args: [{ jobId: job.id, ...(job.lane ? { lane: job.lane } : {}) }],
     workflowIdReusePolicy: WorkflowIdReusePolicy.REJECT_DUPLICATE,
@@ -161,7 +161,7 @@ function deliveryStartOptions(
     staticSummary: `push task ${job.taskId} → host ${job.host}`,
     staticDetails:
       `task ${job.taskId}, config ${job.configId}, target host ${job.host}` +
-      (held
+      (delay !== undefined
         ? `\n\nwritten behind delivery ${job.behind} (an earlier event of this config): starts when that one ends`
         : '') +
       (job.plan ? `\n\n${job.plan}` : ''),

@@ -490,51 +490,37 @@ export class Dispatcher {
       jobs.filter((j) => slow.has(j.id) && !j.had_turn).map((j) => ({ id: j.id, tenantId: j.tenant_id })),
     );
     const toStart = jobs.filter((j) => !later.has(j.id));
-    const started: string[] = [];
+    const started: Array<Omit<JobToStart, 'plan'>> = [];
     let next = 0;
     let failure: unknown;
     const lane = async () => {
       while (next < toStart.length && failure === undefined) {
         const j = toStart[next++]!;
+        const job = {
+          id: j.id,
+          tenantId: j.tenant_id,
+          taskId: j.task_id,
+          configId: j.config_id,
+          host: parts.get(j.id)!.host,
+          ...(j.behind ? { behind: j.behind, deadlineAt: Math.ceil(Number(j.deadline_ms)) } : {}),
+          ...(slow.has(j.id) ? { lane: 'slow' as const } : {}),
+        };
         try {
           // The start carries the id of the request that wrote the job.
           await withRequestContext({ requestId: j.request_id ?? '' }, () =>
-            this.startJob(
-              {
-                id: j.id,
-                tenantId: j.tenant_id,
-                taskId: j.task_id,
-                configId: j.config_id,
-                host: parts.get(j.id)!.host,
-                ...(j.behind ? { behind: j.behind, deadlineAt: Math.ceil(Number(j.deadline_ms)) } : {}),
-                ...(slow.has(j.id) ? { lane: 'slow' as const } : {}),
-              },
-              'claim',
-              j.traceparent,
-            ),
+            this.startJob(job, 'claim', j.traceparent),
           );
-          started.push(j.id);
+          started.push(job);
         } catch (err) {
           failure = err;
         }
       }
     };
     await Promise.all(Array.from({ length: Math.min(this.concurrency, toStart.length) }, lane));
-    const startedSet = new Set(started);
+    const startedSet = new Set(started.map((j) => j.id));
     const notStarted = toStart.map((j) => j.id).filter((id) => !startedSet.has(id));
-    await this.markStarted(started);
-    await this.wakeIfAheadEnded(
-      jobs
-        .filter((j) => startedSet.has(j.id) && j.behind)
-        .map((j) => ({
-          id: j.id,
-          tenantId: j.tenant_id,
-          taskId: j.task_id,
-          configId: j.config_id,
-          host: parts.get(j.id)!.host,
-          behind: j.behind!,
-        })),
-    );
+    await this.markStarted([...startedSet]);
+    await this.wakeIfAheadEnded(started);
     if (started.length > 0) this.directFailed = false;
     if (notStarted.length > 0) {
       await this.releaseLeases(notStarted);

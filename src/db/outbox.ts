@@ -85,7 +85,6 @@ export async function unfinishedJobsOf(db: Db | Tx, configRowId: string, except?
   return r.rows.map((j) => j.id);
 }
 
-/** Soft-deletes a config and shreds its credential. Returns the ids of its unfinished jobs, to wake them. */
 /** What a workflow start of these jobs needs (ids and the target's host: nothing secret). */
 export async function jobsToStart(db: Db | Tx, ids: string[]): Promise<JobToStart[]> {
   const r = await db.query<{
@@ -109,6 +108,7 @@ export async function jobsToStart(db: Db | Tx, ids: string[]): Promise<JobToStar
   }));
 }
 
+/** Soft-deletes a config and shreds its credential. Returns the ids of its unfinished jobs, to wake them. */
 export async function deleteConfig(
   tx: Tx,
   tenantId: string,

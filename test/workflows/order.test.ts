@@ -47,6 +47,19 @@ async function currentDetails(workflowId: string): Promise<string | undefined> {
   return m.currentDetails;
 }
 
+/** A held job's static details (the Web UI's), once its delayed workflow exists. */
+async function heldDetails(workflowId: string): Promise<string | undefined> {
+  const d = await eventually(
+    () =>
+      env.client.workflow
+        .getHandle(workflowId)
+        .describe()
+        .catch(() => undefined),
+    (x) => x?.status.name === 'RUNNING',
+  );
+  return d!.staticDetails();
+}
+
 describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time-skipping)', (kind) => {
   it("a job held behind its config's earlier job on the wire waits, says for whom, and is delivered after it", async () => {
     let release: () => void = () => undefined;
@@ -67,15 +80,7 @@ describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time
 
     // Held: no attempt, no workflow task (its start is delayed until its wake), and every place an
     // operator looks names the delivery it waits for: the Web UI's details and GET /v1/deliveries/{id}.
-    await eventually(
-      () =>
-        env.client.workflow
-          .getHandle(wf)
-          .describe()
-          .catch(() => undefined),
-      (d) => d?.status.name === 'RUNNING',
-    );
-    expect(await (await env.client.workflow.getHandle(wf).describe()).staticDetails()).toContain(
+    expect(await heldDetails(wf)).toContain(
       `written behind delivery ${first} (an earlier event of this config): starts when that one ends`,
     );
     const heldHistory = (await env.client.workflow.getHandle(wf).fetchHistory()).events ?? [];
@@ -146,17 +151,7 @@ describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time
     const wf = makeDeliveryWorkflowId(second);
     // The head's retry comes now (the event woke it), not after its backoff; the new job waits behind it.
     await receiver.waitFor(2);
-    await eventually(
-      () =>
-        env.client.workflow
-          .getHandle(wf)
-          .describe()
-          .catch(() => undefined),
-      (d) => d?.status.name === 'RUNNING',
-    );
-    expect(await (await env.client.workflow.getHandle(wf).describe()).staticDetails()).toContain(
-      `written behind delivery ${first}`,
-    );
+    expect(await heldDetails(wf)).toContain(`written behind delivery ${first}`);
     expect(await json(stack.api(`/v1/deliveries/${second}`))).toMatchObject({
       status: 'queued',
       waitingFor: first,

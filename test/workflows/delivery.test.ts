@@ -40,6 +40,20 @@ afterEach(async () => {
 
 const result = (jobId: string) => deliveryResult(env.client, jobId);
 
+/**
+ * Waits for a job's workflow to close while the server's clock stands still (describe, unlike result,
+ * does not let the time-skipping server skip time): a job a wake ends, ends without waiting out its
+ * backoff. It also keeps the wake from racing the backoff timer, which the time-skipping server does
+ * not survive: it refuses the woken workflow task's CancelTimer ("invalid history builder state for
+ * action") and the run hangs; a real server makes the worker retry the task with the timer's event.
+ */
+async function closedWhileTimeStands(jobId: string): Promise<void> {
+  await eventually(
+    () => env.client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).describe(),
+    (d) => d.status.name !== 'RUNNING',
+  );
+}
+
 async function scenario(
   script: ScriptedAnswer[] | ((n: number) => ScriptedAnswer),
   o: {
@@ -271,6 +285,7 @@ describe('bounds, deletion and supersession (time-skipping)', () => {
     await receiver.waitFor(1);
     await writeEvent(stack, taskId, { task: { id: taskId, n: 2 } });
     await writeEvent(stack, taskId, { task: { id: taskId, n: 3 } });
+    await closedWhileTimeStands(first.deliveries[0]!.id);
     const r = await result(first.deliveries[0]!.id);
     expect(r.status).toBe('superseded');
     const unfinished = await stack.tdb.db.query(
@@ -294,6 +309,8 @@ describe('bounds, deletion and supersession (time-skipping)', () => {
     );
     const del = await stack.api(`/v1/tasks/${taskId}/pushNotificationConfigs/cfg`, { method: 'DELETE' });
     expect(del.status).toBe(204);
+    // The delete's wake ends the job at once: it does not wait out the backoff.
+    await closedWhileTimeStands(jobId);
     const r = await result(jobId);
     expect(r).toMatchObject({ status: 'cancelled', reason: 'config_deleted' });
     expect(receiver.requests).toHaveLength(1);

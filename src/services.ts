@@ -107,6 +107,7 @@ export async function startApi(
     logger: rt.logger,
     sweepIntervalMs: s.SWEEP_INTERVAL,
     slowStartRate: s.SLOW_LANE_START_RATE,
+    heldStartRate: s.HELD_START_RATE,
     knownTargets: new KnownTargets(rt.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
     workflow: s.DELIVERY_WORKFLOW,
     plan: attemptPlanOf(s),
@@ -121,7 +122,7 @@ export async function startApi(
   });
   const held = new Gauge({
     name: 'a2a_push_outbox_held',
-    help: 'Delivery jobs held back on purpose: queued behind an earlier job of their config (DELIVERY_ORDER=per_config), or not started until their turn (SLOW_LANE_START_RATE)',
+    help: 'Delivery jobs held back on purpose: queued behind an earlier job of their config (DELIVERY_ORDER=per_config), or not started until their turn (SLOW_LANE_START_RATE, HELD_START_RATE)',
     registers: [],
     async collect() {
       this.set(await heldCount(rt.db).catch(() => -1));

@@ -207,12 +207,14 @@ function withoutBehind(
 /**
  * Wakes jobs' workflows with a signal-with-start: a running run gets `wake`; a run in its start delay
  * (a held job) starts its first workflow task at once (a plain signal would wait for the delay); a
- * job whose workflow is not started yet starts now, with its wake (the dispatcher's start then finds
- * it started); a closed run is left alone (REJECT_DUPLICATE refuses). Best effort: a lost wake is
- * repaired by the start delay's end, the workflow's own timers and the activity's checks.
+ * job whose workflow is not started yet (held back by HELD_START_RATE, or its start not come yet)
+ * starts now, with its wake; a closed run is left alone (REJECT_DUPLICATE refuses). Returns the ids
+ * whose workflow has started (woken, started, or closed), for the caller to mark dispatched
+ * (`markDispatched`), so that no claim run starts them again. Best effort, never throws: a lost wake is
+ * repaired by the start delay's end or the job's turn, the workflow's own timers and the activity's checks.
  */
-export async function wakeOrStartDeliveries(s: DeliveryStarter, jobs: JobToStart[]): Promise<void> {
-  await Promise.all(
+export async function wakeOrStartDeliveries(s: DeliveryStarter, jobs: JobToStart[]): Promise<string[]> {
+  const woken = await Promise.all(
     jobs.map((job) =>
       s.client.workflow
         .signalWithStart(DELIVERY_WORKFLOW_TYPES[s.kind], {
@@ -220,11 +222,14 @@ export async function wakeOrStartDeliveries(s: DeliveryStarter, jobs: JobToStart
           signal: wakeSignal,
           signalArgs: [],
         })
-        .catch((err: unknown) => {
-          if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
-        }),
+        .then(
+          () => job.id,
+          // Closed: it has started (and ended) all the same.
+          (err: unknown) => (err instanceof WorkflowExecutionAlreadyStartedError ? job.id : undefined),
+        ),
     ),
-  ).catch(() => undefined);
+  );
+  return woken.filter((id): id is string => id !== undefined);
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import type { Db } from '../db/pool';
-import { jobsToStart, type WrittenEvent } from '../db/outbox';
+import { jobsToStart, markDispatched, type WrittenEvent } from '../db/outbox';
 import { hostAndTarget } from '../db/slots';
 import type { KnownTargets } from './known-targets';
 import { StartRate } from './start-rate';
@@ -50,6 +50,14 @@ export interface DispatcherOptions {
    * (`start_after`, migration 018). Unset or 0: no bound.
    */
   slowStartRate?: number;
+  /**
+   * HELD_START_RATE: starts per second per tenant of jobs written behind an unfinished job of their
+   * config (DELIVERY_ORDER=per_config; bursts of twice that). A job past it is not started until its
+   * turn (`start_after`) or until the job ahead ends, whose wake starts it (src/temporal.ts,
+   * wakeOrStartDeliveries), whichever comes first. Unset or 0: no bound (every held job starts at
+   * once, in its start delay).
+   */
+  heldStartRate?: number;
   /** The attempt plan shown in each delivery workflow's static details. */
   plan?: string;
   /** DELIVERY_WORKFLOW: the workflow type every start (direct, claim, sweep, a `:retry`'s job) uses. */
@@ -85,6 +93,7 @@ export class Dispatcher {
   private marking: Promise<void> | undefined;
   private readonly directRuns = new Set<Promise<void>>();
   private readonly slowStarts: StartRate | undefined;
+  private readonly heldStarts: StartRate | undefined;
   /** Turns (epoch ms) of jobs this process held back: a claim run is kicked when the next one comes. */
   private turns: number[] = [];
   private turnTimer: NodeJS.Timeout | undefined;
@@ -102,6 +111,7 @@ export class Dispatcher {
     this.directLeaseMs = o.directLeaseMs ?? 5_000;
     this.directPerTenant = Math.max(1, o.directPerTenant ?? Math.floor(this.concurrency / 2));
     this.slowStarts = o.slowStartRate ? new StartRate(o.slowStartRate) : undefined;
+    this.heldStarts = o.heldStartRate ? new StartRate(o.heldStartRate) : undefined;
   }
 
   start(): void {
@@ -159,12 +169,15 @@ export class Dispatcher {
     this.directByTenant.set(tenantId, (this.directByTenant.get(tenantId) ?? 0) + jobs.length);
     const plan = this.slowJobs(jobs).then((slow) => ({
       slow,
-      later: this.holdBack(jobs.filter((j) => slow.has(j.id)).map((j) => ({ id: j.id, tenantId }))),
+      later: this.holdBack(
+        jobs.filter((j) => slow.has(j.id)).map((j) => ({ id: j.id, tenantId })),
+        jobs.filter((j) => j.behind).map((j) => ({ id: j.id, tenantId })),
+      ),
     }));
     for (const j of jobs) {
       const run = plan
         .then(async ({ slow, later }) => {
-          // Past its tenant's rate: no start now; the claim run starts it at its turn.
+          // Past its tenant's rate: no start now; the claim run starts it at its turn (or, held, its wake).
           if (later.has(j.id)) return undefined;
           const job = {
             id: j.id,
@@ -207,26 +220,35 @@ export class Dispatcher {
   }
 
   /**
-   * Of these slow-lane jobs (in start order), the ids past their tenant's SLOW_LANE_START_RATE: each
-   * gets its turn as `start_after` (one statement for all, not awaited), its lease is dropped, and a
-   * claim run is kicked when the first turn comes. If the statement fails, the lease (direct or claim)
-   * runs out and a claim run takes them, as any start lost.
+   * Of these jobs (each list in start order), the ids past their tenant's rate: slow-lane jobs past
+   * SLOW_LANE_START_RATE, held jobs (written behind an unfinished job of their config) past
+   * HELD_START_RATE. Each gets its turn as `start_after` (one statement for all, not awaited), its lease
+   * is dropped, and a claim run is kicked when the first turn comes. If the statement fails, the lease
+   * (direct or claim) runs out and a claim run takes them, as any start lost.
    */
-  private holdBack(jobs: Array<{ id: string; tenantId: string }>): Set<string> {
-    if (!this.slowStarts || jobs.length === 0) return new Set();
+  private holdBack(
+    slowJobs: Array<{ id: string; tenantId: string }>,
+    heldJobs: Array<{ id: string; tenantId: string }> = [],
+  ): Set<string> {
     const later = new Map<string, number>();
     const now = Date.now();
-    const byTenant = new Map<string, string[]>();
-    for (const j of jobs) {
-      const ids = byTenant.get(j.tenantId);
-      if (ids) ids.push(j.id);
-      else byTenant.set(j.tenantId, [j.id]);
-    }
-    for (const [tenantId, ids] of byTenant) {
-      const turns = this.slowStarts.turns(tenantId, ids.length, now);
-      ids.forEach((id, i) => {
-        if (turns[i]! > now) later.set(id, turns[i]!);
-      });
+    for (const [rate, jobs] of [
+      [this.slowStarts, slowJobs],
+      [this.heldStarts, heldJobs],
+    ] as const) {
+      if (!rate || jobs.length === 0) continue;
+      const byTenant = new Map<string, string[]>();
+      for (const j of jobs) {
+        const ids = byTenant.get(j.tenantId);
+        if (ids) ids.push(j.id);
+        else byTenant.set(j.tenantId, [j.id]);
+      }
+      for (const [tenantId, ids] of byTenant) {
+        const turns = rate.turns(tenantId, ids.length, now);
+        ids.forEach((id, i) => {
+          if (turns[i]! > now) later.set(id, turns[i]!);
+        });
+      }
     }
     if (later.size === 0) return new Set();
     // The turn as an offset from the database's clock, which the claim run compares it with.
@@ -315,7 +337,10 @@ export class Dispatcher {
     this.marking = (async () => {
       while (this.toMark.length > 0) {
         const batch = this.toMark.splice(0);
-        await this.markStarted(batch.map((b) => b.id)).catch((err: unknown) =>
+        await markDispatched(
+          this.o.db,
+          batch.map((b) => b.id),
+        ).catch((err: unknown) =>
           // Not marked: the lease expires and a claim run starts them again (Temporal rejects the duplicate).
           this.o.logger.warn({ err: (err as Error).message }, 'marking direct starts dispatched failed'),
         );
@@ -372,18 +397,13 @@ export class Dispatcher {
   async wake(jobIds: string[]): Promise<void> {
     if (jobIds.length === 0) return;
     try {
-      await wakeOrStartDeliveries(this.starter, await jobsToStart(this.o.db, jobIds));
+      await markDispatched(
+        this.o.db,
+        await wakeOrStartDeliveries(this.starter, await jobsToStart(this.o.db, jobIds)),
+      );
     } catch (err) {
       this.o.logger.warn({ err: (err as Error).message }, 'waking deliveries failed; their timers repair it');
     }
-  }
-
-  /** The jobs' workflows are started: they leave the claim run for good. */
-  private markStarted(ids: string[]) {
-    return this.o.db.query(
-      'UPDATE delivery_jobs SET dispatched_at = now(), dispatch_lease = NULL WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL',
-      [ids],
-    );
   }
 
   /** The jobs' starts failed: the next claim run takes them at once rather than after the lease. */
@@ -485,9 +505,10 @@ export class Dispatcher {
     }
     const parts = new Map(jobs.map((j) => [j.id, hostAndTarget(j.url)]));
     const slow = await this.slowJobs(jobs.map((j) => ({ id: j.id, ...parts.get(j.id)!, behind: j.behind })));
-    // Slow-lane jobs past their tenant's rate wait for their turn; one held back before starts now.
+    // Slow-lane and held jobs past their tenant's rate wait for their turn; one held back before starts now.
     const later = this.holdBack(
       jobs.filter((j) => slow.has(j.id) && !j.had_turn).map((j) => ({ id: j.id, tenantId: j.tenant_id })),
+      jobs.filter((j) => j.behind && !j.had_turn).map((j) => ({ id: j.id, tenantId: j.tenant_id })),
     );
     const toStart = jobs.filter((j) => !later.has(j.id));
     const started: Array<Omit<JobToStart, 'plan'>> = [];
@@ -519,7 +540,7 @@ export class Dispatcher {
     await Promise.all(Array.from({ length: Math.min(this.concurrency, toStart.length) }, lane));
     const startedSet = new Set(started.map((j) => j.id));
     const notStarted = toStart.map((j) => j.id).filter((id) => !startedSet.has(id));
-    await this.markStarted([...startedSet]);
+    await markDispatched(this.o.db, [...startedSet]);
     await this.wakeIfAheadEnded(started);
     if (started.length > 0) this.directFailed = false;
     if (notStarted.length > 0) {
@@ -532,7 +553,7 @@ export class Dispatcher {
 
 export async function queuedCount(db: Db): Promise<number> {
   const r = await db.query<{ n: string }>(
-    // Not the jobs waiting for their turn (SLOW_LANE_START_RATE): those are held back on purpose.
+    // Not the jobs waiting for their turn (SLOW_LANE_START_RATE, HELD_START_RATE): held back on purpose.
     `SELECT count(*) AS n FROM delivery_jobs
       WHERE dispatched_at IS NULL AND (start_after IS NULL OR start_after <= now())`,
   );
@@ -540,14 +561,17 @@ export async function queuedCount(db: Db): Promise<number> {
 }
 
 /**
- * Jobs held back on purpose: started, queued behind an earlier job of their config
- * (DELIVERY_ORDER=per_config), or not started until their turn (SLOW_LANE_START_RATE). Not dispatcher
- * lag: a2a_push_outbox_queued counts the other jobs whose workflow has not started.
+ * Jobs held back on purpose: queued behind an earlier job of their config (DELIVERY_ORDER=per_config),
+ * or not started until their turn (SLOW_LANE_START_RATE, HELD_START_RATE). Not dispatcher lag:
+ * a2a_push_outbox_queued counts the other jobs whose workflow has not started.
  */
 export async function heldCount(db: Db): Promise<number> {
   const r = await db.query<{ n: string }>(
-    `SELECT (SELECT count(*) FROM delivery_jobs WHERE held_by IS NOT NULL AND status = 'queued')
-          + (SELECT count(*) FROM delivery_jobs WHERE dispatched_at IS NULL AND start_after > now()) AS n`,
+    // A held job past HELD_START_RATE is both: counted once.
+    `SELECT count(*) AS n FROM (
+       SELECT id FROM delivery_jobs WHERE held_by IS NOT NULL AND status = 'queued'
+        UNION
+       SELECT id FROM delivery_jobs WHERE dispatched_at IS NULL AND start_after > now()) x`,
   );
   return Number(r.rows[0]!.n);
 }

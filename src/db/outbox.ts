@@ -85,6 +85,18 @@ export async function unfinishedJobsOf(db: Db | Tx, configRowId: string, except?
   return r.rows.map((j) => j.id);
 }
 
+/**
+ * Marks jobs whose workflow has started (by the dispatcher, or by a wake that found it not started):
+ * they leave the claim run for good.
+ */
+export async function markDispatched(db: Db | Tx, ids: string[]): Promise<void> {
+  if (ids.length === 0) return;
+  await db.query(
+    'UPDATE delivery_jobs SET dispatched_at = now(), dispatch_lease = NULL WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL',
+    [ids],
+  );
+}
+
 /** What a workflow start of these jobs needs (ids and the target's host: nothing secret). */
 export async function jobsToStart(db: Db | Tx, ids: string[]): Promise<JobToStart[]> {
   const r = await db.query<{

@@ -22,6 +22,7 @@ import { createRegistry } from '../metrics';
 import type { OutboundClient } from '../outbound';
 import { pgReachable } from '../db/pool';
 import { DEFAULT_SLOT_SETTINGS, HostSlots } from '../db/slots';
+import { markDispatched } from '../db/outbox';
 import { attemptPlanOf } from '../delivery/schedule';
 import { wakeDeliveries, wakeOrStartDeliveries, type DeliveryStarter } from '../temporal';
 import { isUuid } from '../ids';
@@ -106,7 +107,8 @@ export function activitiesFor(rt: Runtime, httpClient: OutboundClient, client: C
     logger: rt.logger,
     slots,
     wake,
-    wakeOrStart: (jobs) => wakeOrStartDeliveries(starter, jobs),
+    // A job the wake started (held back by HELD_START_RATE, not started yet) leaves the claim run.
+    wakeOrStart: async (jobs) => markDispatched(rt.db, await wakeOrStartDeliveries(starter, jobs)),
     failingAfterMs: s.CONFIG_FAILING_AFTER,
   });
   return { ...delivery, ...registration };

@@ -183,6 +183,7 @@ export async function startStack(
     logger: silent,
     sweepIntervalMs: settings.SWEEP_INTERVAL,
     slowStartRate: apiSettings.SLOW_LANE_START_RATE,
+    heldStartRate: apiSettings.HELD_START_RATE,
     knownTargets: new KnownTargets(tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
     workflow: apiSettings.DELIVERY_WORKFLOW,
     plan: describePlan({

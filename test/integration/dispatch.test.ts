@@ -5,7 +5,13 @@
  * failure, a Temporal address where nothing listens.
  */
 import crypto from 'node:crypto';
-import { Client, Connection, defaultGrpcRetryOptions, makeGrpcRetryInterceptor } from '@temporalio/client';
+import {
+  Client,
+  Connection,
+  defaultGrpcRetryOptions,
+  makeGrpcRetryInterceptor,
+  WorkflowNotFoundError,
+} from '@temporalio/client';
 import { heldCount, queuedCount } from '../../src/api/dispatcher';
 import { KnownTargets } from '../../src/api/known-targets';
 import { DEFAULT_SLOT_SETTINGS } from '../../src/db/slots';
@@ -61,8 +67,9 @@ const leaseRunsOut = (jobIds: string[]) =>
   );
 
 /** An event written straight to the outbox with its jobs leased, as the API does for a direct start. */
-const writeLeased = (taskId: string, leaseMs: number) =>
+const writeLeased = (taskId: string, leaseMs: number, ordered = false) =>
   writeOutbox(stack.tdb.db, {
+    ordered,
     tenantId: 'tenant-a',
     taskId,
     kind: 'statusUpdate',
@@ -217,6 +224,90 @@ it("a job to a target without a recent 2xx starts in the slow lane on both paths
     await direct.close();
     await claimed.close();
   }
+});
+
+it('held starts past HELD_START_RATE wait in the outbox; the wake of the job ahead starts them, on both paths, in order', async () => {
+  // One every 20 s, bursts of 1: of a line's 5 held jobs, the first starts at once (in its start
+  // delay), the other 4 get turns 20-80 s off. The line delivers in a few seconds, so each of those 4
+  // is started by the wake of the job ahead of it, and marked dispatched by that worker.
+  const lineOf = async (path: 'direct' | 'claim') => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const rx = await startReceiver({
+      script: (req) => (req.n === 1 ? { status: 200, gate } : { status: 200 }),
+    });
+    const d = sideDispatcher(stack, temporal.client, queue, { heldStartRate: 0.05 });
+    try {
+      const taskId = `held-${path}-${crypto.randomUUID()}`;
+      await createConfig(stack, taskId, { id: 'c1', url: rx.url });
+      const ids: string[] = [];
+      for (let i = 0; i < 6; i++) {
+        const w = await writeLeased(taskId, path === 'direct' ? d.directLeaseMs : 30_000, true);
+        expect(w.starts).toHaveLength(1);
+        if (i > 0) expect(w.starts[0]!.behind).toBe(ids[i - 1]);
+        ids.push(w.starts[0]!.id);
+        if (path === 'direct') d.startNow('tenant-a', taskId, w.starts);
+      }
+      if (path === 'claim') {
+        await leaseRunsOut(ids);
+        expect(await d.runOnce()).toBe(6);
+      }
+      const [head, first, ...later] = ids as [string, string, ...string[]];
+      const describe = (id: string) =>
+        temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).describe();
+      // The head is on the wire (held there by the gate); the first held job started, in its delay.
+      await rx.waitFor(1);
+      expect((await describe(head)).status.name).toBe('RUNNING');
+      await eventually(
+        () => describe(first).then((x) => x.status.name),
+        (st) => st === 'RUNNING',
+        5_000,
+      );
+      // The other 4 wait in the outbox for turns 20 s and more off: no workflow, held back on purpose.
+      const waiting = () =>
+        stack.tdb.db
+          .query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM delivery_jobs
+              WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL AND start_after > now() + interval '15 seconds'`,
+            [later],
+          )
+          .then((r) => r.rows[0]!.n);
+      expect(await eventually(waiting, (n) => n === 4, 5_000)).toBe(4);
+      for (const id of later) await expect(describe(id)).rejects.toBeInstanceOf(WorkflowNotFoundError);
+      // Each held job counts once in a2a_push_outbox_held (held_by and start_after both say so), and
+      // none as dispatcher lag.
+      expect(await heldCount(stack.tdb.db)).toBe(5);
+      expect(await queuedCount(stack.tdb.db)).toBe(0);
+
+      release();
+      await rx.waitFor(6, 15_000);
+      // In order on the wire, each once.
+      expect(rx.requests.map((r) => Number(r.headers['x-a2a-push-sequence']))).toEqual(
+        [...rx.requests.map((r) => Number(r.headers['x-a2a-push-sequence']))].sort((a, b) => a - b),
+      );
+      expect(new Set(rx.requests.map((r) => r.headers['x-a2a-push-delivery']))).toEqual(new Set(ids));
+      // All delivered, and the 4 dispatched by their wakes well before their turns (the claim run,
+      // which would start them at their turns, has not run since).
+      for (const id of ids)
+        await eventually(
+          async () => (await jobRow(stack, id)).status,
+          (st) => st === 'delivered',
+          10_000,
+        );
+      const marked = await stack.tdb.db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM delivery_jobs
+          WHERE id = ANY($1::uuid[]) AND dispatched_at IS NOT NULL AND start_after > now()`,
+        [later],
+      );
+      expect(marked.rows[0]!.n).toBe(4);
+    } finally {
+      release();
+      await d.stop();
+      await rx.close();
+    }
+  };
+  await lineOf('direct');
+  await lineOf('claim');
 });
 
 it("a tenant's slow-lane starts past SLOW_LANE_START_RATE wait for their turn, on both paths, and all are delivered", async () => {

@@ -171,9 +171,9 @@ export const settingsSchema = z
     // to the slow lane: a tenant's 1,000 jobs to a dead host start over 100 s instead of at once. 0: no bound.
     SLOW_LANE_START_RATE: int(10, 0, 100_000),
     // Starts per second per tenant (per api process; bursts of twice that) of jobs written behind an
-    // unfinished job of their config (DELIVERY_ORDER=per_config). One past it starts at its turn or when
-    // the job ahead ends (its wake starts it), whichever comes first: a tenant's burst of 5,000 events
-    // on 100 configs does not start 4,900 held workflows at once. 0: no bound.
+    // unfinished job of their config (DELIVERY_ORDER=per_config). One past it starts when the job ahead
+    // ends (its wake starts it) or at its turn (at most 5 min off), whichever comes first: a tenant's
+    // burst of 5,000 events on 100 configs does not start 4,900 held workflows at once. 0: no bound.
     HELD_START_RATE: int(10, 0, 100_000),
     CONFIG_FAILING_AFTER: duration('5d', 1000),
     // Configs of one task that are not deleted (active, auth_failed, stopped): each event fans out to them.

@@ -9,6 +9,7 @@ import { withRequestContext } from '../request-context';
 import { workflowStarts } from '../metrics';
 import { inSpan } from '../tracing';
 import {
+  BEHIND_START_DELAY_MS,
   signalRegistration,
   startDeliveryWorkflow,
   wakeOrStartDeliveries,
@@ -171,7 +172,7 @@ export class Dispatcher {
       slow,
       later: this.holdBack(
         jobs.filter((j) => slow.has(j.id)).map((j) => ({ id: j.id, tenantId })),
-        jobs.filter((j) => j.behind).map((j) => ({ id: j.id, tenantId })),
+        jobs.filter((j) => j.behind).map((j) => ({ id: j.id, tenantId, behind: j.behind! })),
       ),
     }));
     for (const j of jobs) {
@@ -224,11 +225,15 @@ export class Dispatcher {
    * SLOW_LANE_START_RATE, held jobs (written behind an unfinished job of their config) past
    * HELD_START_RATE. Each gets its turn as `start_after` (one statement for all, not awaited), its lease
    * is dropped, and a claim run is kicked when the first turn comes. If the statement fails, the lease
-   * (direct or claim) runs out and a claim run takes them, as any start lost.
+   * (direct or claim) runs out and a claim run takes them, as any start lost. A held job's turn is at
+   * most BEHIND_START_DELAY_MS off (the bound a started held job's delay has): it is what repairs a
+   * wake lost to a crash, so it must not drift with a long schedule. Once the turns are written, the
+   * held jobs whose job ahead has already ended are woken: that end may have read its line before
+   * this write committed, and so not have woken them (as `wakeIfAheadEnded` for started jobs).
    */
   private holdBack(
     slowJobs: Array<{ id: string; tenantId: string }>,
-    heldJobs: Array<{ id: string; tenantId: string }> = [],
+    heldJobs: Array<{ id: string; tenantId: string; behind: string }> = [],
   ): Set<string> {
     const later = new Map<string, number>();
     const now = Date.now();
@@ -243,10 +248,11 @@ export class Dispatcher {
         if (ids) ids.push(j.id);
         else byTenant.set(j.tenantId, [j.id]);
       }
+      const latest = rate === this.heldStarts ? now + BEHIND_START_DELAY_MS : Infinity;
       for (const [tenantId, ids] of byTenant) {
         const turns = rate.turns(tenantId, ids.length, now);
         ids.forEach((id, i) => {
-          if (turns[i]! > now) later.set(id, turns[i]!);
+          if (turns[i]! > now) later.set(id, Math.min(turns[i]!, latest));
         });
       }
     }
@@ -261,12 +267,17 @@ export class Dispatcher {
         [[...later.keys()], [...later.values()].map((t) => t - now)],
       )
       .then(
-        () => {
+        async () => {
           for (const t of later.values()) this.turns.push(t);
           this.armTurns();
+          const ended = await this.aheadEnded(heldJobs.filter((j) => later.has(j.id)));
+          if (ended.size > 0) await this.wake([...ended]);
         },
         (err: unknown) =>
-          this.o.logger.warn({ err: (err as Error).message }, 'holding slow-lane starts back failed'),
+          this.o.logger.warn({ err: (err as Error).message }, 'holding starts back until their turn failed'),
+      )
+      .catch((err: unknown) =>
+        this.o.logger.warn({ err: (err as Error).message }, 'checking the lines of held-back jobs failed'),
       );
     return new Set(later.keys());
   }
@@ -359,16 +370,10 @@ export class Dispatcher {
    * start delay.
    */
   private async wakeIfAheadEnded(started: Array<Omit<JobToStart, 'plan'>>): Promise<void> {
-    const held = started.filter((j) => j.behind);
+    const held = started.filter((j): j is typeof j & { behind: string } => !!j.behind);
     if (held.length === 0) return;
     try {
-      const r = await this.o.db.query<{ id: string }>(
-        `SELECT x.id FROM unnest($1::uuid[], $2::uuid[]) AS x (id, behind)
-           JOIN delivery_jobs b ON b.id = x.behind
-          WHERE b.status NOT IN ('queued', 'in_flight', 'waiting_retry')`,
-        [held.map((j) => j.id), held.map((j) => j.behind)],
-      );
-      const ended = new Set(r.rows.map((x) => x.id));
+      const ended = await this.aheadEnded(held);
       if (ended.size > 0)
         await wakeOrStartDeliveries(
           this.starter,
@@ -377,6 +382,18 @@ export class Dispatcher {
     } catch (err) {
       this.o.logger.warn({ err: (err as Error).message }, 'checking the lines of started jobs failed');
     }
+  }
+
+  /** Of these held jobs, the ids whose job ahead has ended. */
+  private async aheadEnded(held: Array<{ id: string; behind: string }>): Promise<Set<string>> {
+    if (held.length === 0) return new Set();
+    const r = await this.o.db.query<{ id: string }>(
+      `SELECT x.id FROM unnest($1::uuid[], $2::uuid[]) AS x (id, behind)
+         JOIN delivery_jobs b ON b.id = x.behind
+        WHERE b.status NOT IN ('queued', 'in_flight', 'waiting_retry')`,
+      [held.map((j) => j.id), held.map((j) => j.behind)],
+    );
+    return new Set(r.rows.map((x) => x.id));
   }
 
   /** Where this dispatcher starts delivery workflows, and as what (its wakes start them the same way). */
@@ -508,7 +525,9 @@ export class Dispatcher {
     // Slow-lane and held jobs past their tenant's rate wait for their turn; one held back before starts now.
     const later = this.holdBack(
       jobs.filter((j) => slow.has(j.id) && !j.had_turn).map((j) => ({ id: j.id, tenantId: j.tenant_id })),
-      jobs.filter((j) => j.behind && !j.had_turn).map((j) => ({ id: j.id, tenantId: j.tenant_id })),
+      jobs
+        .filter((j) => j.behind && !j.had_turn)
+        .map((j) => ({ id: j.id, tenantId: j.tenant_id, behind: j.behind! })),
     );
     const toStart = jobs.filter((j) => !later.has(j.id));
     const started: Array<Omit<JobToStart, 'plan'>> = [];

@@ -59,6 +59,25 @@ const leaseOf = async (jobId: string) =>
     )
   ).rows[0]!;
 
+/** Waits for a job to be delivered (the test fails if it is not within the time). */
+const delivered = (jobId: string, timeoutMs?: number) =>
+  eventually(
+    async () => (await jobRow(stack, jobId)).status,
+    (s) => s === 'delivered',
+    timeoutMs,
+  );
+
+/**
+ * The lag gauge (a2a_push_outbox_queued) once started jobs are marked: their marks are written after
+ * their starts return, which on a real cluster can come after held jobs were held back.
+ */
+const lagDrained = () =>
+  eventually(
+    () => queuedCount(stack.tdb.db),
+    (n) => n === 0,
+    3_000,
+  );
+
 /** The writer died before starting these jobs: their lease has run out, and a claim run may take them. */
 const leaseRunsOut = (jobIds: string[]) =>
   stack.tdb.db.query(
@@ -87,11 +106,7 @@ it('an idle write starts its own jobs: delivered without any claim run', async (
   try {
     const w = await writeEvent(stack, taskId, status(taskId));
     expect(w.deliveries).toHaveLength(2);
-    for (const d of w.deliveries)
-      await eventually(
-        async () => (await jobRow(stack, d.id)).status,
-        (s) => s === 'delivered',
-      );
+    for (const d of w.deliveries) await delivered(d.id);
     for (const d of w.deliveries) expect(await leaseOf(d.id)).toEqual({ leased: null, dispatched: true });
     expect(claims).not.toHaveBeenCalled();
   } finally {
@@ -113,10 +128,7 @@ it('a claim run skips a job leased for a direct start, and takes it once the lea
   // The writer died before starting it: the lease runs out and the next claim run starts it.
   await leaseRunsOut([job!.id]);
   expect(await stack.dispatcher.runOnce()).toBe(1);
-  await eventually(
-    async () => (await jobRow(stack, job!.id)).status,
-    (s) => s === 'delivered',
-  );
+  await delivered(job!.id);
 });
 
 it('a direct start Temporal refuses releases the lease at once; writes then go to the claim run', async () => {
@@ -145,10 +157,7 @@ it('a direct start Temporal refuses releases the lease at once; writes then go t
 
     // The service's own dispatcher (Temporal reachable) claims the released job and it is delivered.
     expect(await stack.dispatcher.runOnce()).toBe(1);
-    await eventually(
-      async () => (await jobRow(stack, job.id)).status,
-      (s) => s === 'delivered',
-    );
+    await delivered(job.id);
   } finally {
     await away.stop();
     await connection.close().catch(() => undefined);
@@ -176,11 +185,7 @@ it("one tenant's direct starts take at most its share: another tenant's write st
       async () => d.directLease('tenant-a'),
       (l) => l === d.directLeaseMs,
     );
-    for (const s of w.starts)
-      await eventually(
-        async () => (await jobRow(stack, s.id)).status,
-        (st) => st === 'delivered',
-      );
+    for (const s of w.starts) await delivered(s.id);
   } finally {
     await d.stop();
   }
@@ -188,10 +193,7 @@ it("one tenant's direct starts take at most its share: another tenant's write st
 
 it("a job to a target without a recent 2xx starts in the slow lane on both paths; a known target's job in the fast lane", async () => {
   const started = async (jobId: string) => {
-    await eventually(
-      async () => (await jobRow(stack, jobId)).status,
-      (s) => s === 'delivered',
-    );
+    await delivered(jobId);
     const events =
       (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).fetchHistory()).events ?? [];
     const input = events[0]!.workflowExecutionStartedEventAttributes!.input!.payloads![0]!.data!;
@@ -277,13 +279,7 @@ it('held starts past HELD_START_RATE wait in the outbox; the wake of the job ahe
       // Each held job counts once in a2a_push_outbox_held (held_by and start_after both say so), and
       // none as dispatcher lag.
       expect(await heldCount(stack.tdb.db)).toBe(5);
-      expect(
-        await eventually(
-          () => queuedCount(stack.tdb.db),
-          (n) => n === 0,
-          3_000,
-        ),
-      ).toBe(0);
+      expect(await lagDrained()).toBe(0);
 
       release();
       await rx.waitFor(6, 15_000);
@@ -294,12 +290,7 @@ it('held starts past HELD_START_RATE wait in the outbox; the wake of the job ahe
       expect(new Set(rx.requests.map((r) => r.headers['x-a2a-push-delivery']))).toEqual(new Set(ids));
       // All delivered, and the 4 dispatched by their wakes well before their turns (the claim run,
       // which would start them at their turns, has not run since).
-      for (const id of ids)
-        await eventually(
-          async () => (await jobRow(stack, id)).status,
-          (st) => st === 'delivered',
-          10_000,
-        );
+      for (const id of ids) await delivered(id, 10_000);
       const marked = await stack.tdb.db.query<{ n: number }>(
         `SELECT count(*)::int AS n FROM delivery_jobs
           WHERE id = ANY($1::uuid[]) AND dispatched_at < start_after - interval '5 seconds'`,
@@ -342,11 +333,7 @@ it('a held-back job whose job ahead ended before its write committed is woken, n
     d.startNow('tenant-a', g.taskId, g.held.starts);
     d.startNow('tenant-a', e.taskId, e.held.starts);
     const id = e.held.starts[0]!.id;
-    await eventually(
-      async () => (await jobRow(stack, id)).status,
-      (st) => st === 'delivered',
-      10_000,
-    );
+    await delivered(id, 10_000);
     // E2 waited for its turn (held back), and was started long before it.
     const r = await stack.tdb.db.query<{ early: boolean }>(
       `SELECT dispatched_at < start_after - interval '5 seconds' AS early FROM delivery_jobs WHERE id = $1`,
@@ -397,22 +384,11 @@ it("a tenant's slow-lane starts past SLOW_LANE_START_RATE wait for their turn, o
     expect(await heldCount(stack.tdb.db)).toBe(3);
     // The 4 started ones leave the lag gauge once their starts return and are marked (on a real
     // cluster that can come after the 3 were held back).
-    expect(
-      await eventually(
-        () => queuedCount(stack.tdb.db),
-        (n) => n === 0,
-        3_000,
-      ),
-    ).toBe(0);
+    expect(await lagDrained()).toBe(0);
     const waiting = (await rows(ids)).filter((r) => r.waits).map((r) => r.id);
     // Every job is delivered, the held ones started by the dispatcher at their turns, no sooner:
     // 0.5, 1 and 1.5 s after the burst.
-    for (const id of ids)
-      await eventually(
-        async () => (await jobRow(stack, id)).status,
-        (s) => s === 'delivered',
-        15_000,
-      );
+    for (const id of ids) await delivered(id, 15_000);
     const times = await startTimes(waiting);
     times.sort((a, b) => a - b);
     expect(times[0]! - writtenAt).toBeGreaterThanOrEqual(400);

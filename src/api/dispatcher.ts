@@ -237,9 +237,9 @@ export class Dispatcher {
   ): Set<string> {
     const later = new Map<string, number>();
     const now = Date.now();
-    for (const [rate, jobs] of [
-      [this.slowStarts, slowJobs],
-      [this.heldStarts, heldJobs],
+    for (const [rate, jobs, latest] of [
+      [this.slowStarts, slowJobs, Infinity],
+      [this.heldStarts, heldJobs, now + BEHIND_START_DELAY_MS],
     ] as const) {
       if (!rate || jobs.length === 0) continue;
       const byTenant = new Map<string, string[]>();
@@ -248,7 +248,6 @@ export class Dispatcher {
         if (ids) ids.push(j.id);
         else byTenant.set(j.tenantId, [j.id]);
       }
-      const latest = rate === this.heldStarts ? now + BEHIND_START_DELAY_MS : Infinity;
       for (const [tenantId, ids] of byTenant) {
         const turns = rate.turns(tenantId, ids.length, now);
         ids.forEach((id, i) => {

@@ -92,6 +92,8 @@ export interface DeliveryThroughputResult {
   order: SequenceCheck;
   /** Where a delivery's time went, from the service's own rows (p50 ms): the profile of the run. */
   stages?: Record<string, number>;
+  /** Attempts without a 2xx, by `outcome/error`, and the 3 slowest jobs by stage (see runTail). */
+  tail?: { notDelivered: Record<string, number>; slowest: string[] };
 }
 
 /**
@@ -124,6 +126,48 @@ export async function stageBreakdown(databaseUrl: string, runId: string): Promis
       [`${runId}-%`],
     );
     return Object.fromEntries(Object.entries(r.rows[0] ?? {}).map(([k, v]) => [k, round(Number(v))]));
+  } finally {
+    await c.end();
+  }
+}
+
+/**
+ * The run's tail: its attempts that did not deliver, by outcome and error (each such job waited a
+ * retry's backoff, RETRY_INITIAL 30 s), and its 3 slowest jobs, write → finished, by stage: write →
+ * dispatched, → first attempt, → finished (ms), attempts, and whether a turn held it back (start_after).
+ */
+export async function runTail(
+  databaseUrl: string,
+  runId: string,
+): Promise<{ notDelivered: Record<string, number>; slowest: string[] }> {
+  const c = new PgClient({ connectionString: databaseUrl });
+  await c.connect();
+  try {
+    const r = await c.query<{ what: string; n: string }>(
+      `SELECT coalesce(a.outcome, 'on the wire') || '/' || coalesce(a.error, a.http_status::text, '') AS what,
+              count(*) AS n
+         FROM delivery_jobs j JOIN delivery_attempts a ON a.job_id = j.id
+        WHERE j.task_id LIKE $1 AND a.outcome IS DISTINCT FROM 'delivered'
+        GROUP BY 1 ORDER BY 1`,
+      [`${runId}-%`],
+    );
+    const slow = await c.query<{ total: number; w: number; d: number; f: number; n: number; turn: boolean }>(
+      `SELECT round(extract(epoch FROM j.finished_at - j.created_at) * 1000) AS total,
+              round(extract(epoch FROM j.dispatched_at - j.created_at) * 1000) AS w,
+              round(extract(epoch FROM first.started_at - j.dispatched_at) * 1000) AS d,
+              round(extract(epoch FROM j.finished_at - first.started_at) * 1000) AS f,
+              j.attempt_count AS n, j.start_after IS NOT NULL AS turn
+         FROM delivery_jobs j JOIN delivery_attempts first ON first.job_id = j.id AND first.n = 1
+        WHERE j.task_id LIKE $1 ORDER BY j.finished_at - j.created_at DESC LIMIT 3`,
+      [`${runId}-%`],
+    );
+    return {
+      notDelivered: Object.fromEntries(r.rows.map((x) => [x.what, Number(x.n)])),
+      slowest: slow.rows.map(
+        (x) =>
+          `${x.total} ms (${x.w} / ${x.d} / ${x.f}, ${x.n} attempt${x.n === 1 ? '' : 's'}${x.turn ? ', held for a turn' : ''})`,
+      ),
+    };
   } finally {
     await c.end();
   }
@@ -226,6 +270,7 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
       ),
     };
     const stages = databaseUrl ? await stageBreakdown(databaseUrl, runId) : undefined;
+    const tail = databaseUrl ? await runTail(databaseUrl, runId) : undefined;
     const slotWaits = await workerCounter(services, 'a2a_push_host_slot_waits_total').catch(() => NaN);
     const heldS = await workerCounter(services, 'a2a_push_host_slot_held_seconds_sum').catch(() => NaN);
     const helds = await workerCounter(services, 'a2a_push_host_slot_held_seconds_count').catch(() => NaN);
@@ -250,6 +295,7 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
       duplicates: plan.reduce((d, e) => d + Math.max(0, (receiver.seen.get(e.id) ?? 0) - 1), 0),
       order: sequenceCheck(receiver.sequenced, (p) => p.startsWith(`/hook/${runId}-task-`)),
       ...(stages ? { stages } : {}),
+      ...(tail ? { tail } : {}),
     };
   } finally {
     for (const c of cleanups) await c().catch(() => undefined);
@@ -526,6 +572,8 @@ export const deliveryBenchmark: Benchmark = {
       notes: [
         `ours (per_config), p50 per stage (ms): ${JSON.stringify(ours.stages ?? {})}`,
         `ours (none), p50 per stage (ms): ${JSON.stringify(unordered.stages ?? {})}`,
+        `attempts without a 2xx (each waits a retry's backoff): per_config ${JSON.stringify(ours.tail?.notDelivered ?? {})}, none ${JSON.stringify(unordered.tail?.notDelivered ?? {})}, none with the bound raised ${JSON.stringify(unbound.tail?.notDelivered ?? {})}.`,
+        `slowest jobs, write → finished (write → dispatched / → first attempt / → finished, ms): per_config ${(ours.tail?.slowest ?? []).join('; ')}; none ${(unordered.tail?.slowest ?? []).join('; ')}; none with the bound raised ${(unbound.tail?.slowest ?? []).join('; ')}.`,
         `${n} events over 100 tasks (one config each, ${n / 100} events per config), 32 event writes in flight; (a) 32 starts in flight; (b), (c) 32 sends in flight from one process.`,
         'ours runs three times, each on a fresh database with api and worker processes of its own: DELIVERY_ORDER=per_config (the default; judged against the target), then none, then none with OUTBOUND_HOST_CONCURRENCY=10000 (a diagnostic: what the host bound costs when every config is at one target); then (a), (b), (c).',
         `receiver, by X-A2A-Push-Sequence: per_config ${orderNote(ours.order)}; none ${orderNote(unordered.order)}.`,

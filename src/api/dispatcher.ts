@@ -82,6 +82,9 @@ export interface DispatcherOptions {
  *   load and picks up any start lost in a crash or refused by Temporal (a direct start's lease
  *   expires after `leaseMs`, or is released at once when the start fails).
  */
+/** How many held-back slow-lane jobs one dispatcher remembers to release early (`releaseKnown`). */
+const SLOW_HELD_TRACKED = 100_000;
+
 export class Dispatcher {
   private running: Promise<void> | undefined;
   private again = false;
@@ -95,6 +98,13 @@ export class Dispatcher {
   private readonly directRuns = new Set<Promise<void>>();
   private readonly slowStarts: StartRate | undefined;
   private readonly heldStarts: StartRate | undefined;
+  /**
+   * Slow-lane jobs this process held back for their turn, by target (`host:port`): released to the
+   * next claim run once their target is known (`releaseKnown`). At most SLOW_HELD_TRACKED ids; past
+   * that (or after a restart) a job simply waits for its turn.
+   */
+  private readonly slowHeld = new Map<string, Set<string>>();
+  private readonly slowHeldTarget = new Map<string, string>();
   /** Turns (epoch ms) of jobs this process held back: a claim run is kicked when the next one comes. */
   private turns: number[] = [];
   private turnTimer: NodeJS.Timeout | undefined;
@@ -171,7 +181,7 @@ export class Dispatcher {
     const plan = this.slowJobs(jobs).then((slow) => ({
       slow,
       later: this.holdBack(
-        jobs.filter((j) => slow.has(j.id)).map((j) => ({ id: j.id, tenantId })),
+        jobs.filter((j) => slow.has(j.id)).map((j) => ({ id: j.id, tenantId, target: j.target })),
         jobs.filter((j) => j.behind).map((j) => ({ id: j.id, tenantId, behind: j.behind! })),
       ),
     }));
@@ -232,7 +242,7 @@ export class Dispatcher {
    * this write committed, and so not have woken them (as `wakeIfAheadEnded` for started jobs).
    */
   private holdBack(
-    slowJobs: Array<{ id: string; tenantId: string }>,
+    slowJobs: Array<{ id: string; tenantId: string; target?: string | undefined }>,
     heldJobs: Array<{ id: string; tenantId: string; behind: string }> = [],
   ): Set<string> {
     const later = new Map<string, number>();
@@ -269,6 +279,7 @@ export class Dispatcher {
         async () => {
           for (const t of later.values()) this.turns.push(t);
           this.armTurns();
+          for (const j of slowJobs) if (later.has(j.id) && j.target) this.trackSlowHeld(j.id, j.target);
           const ended = await this.aheadEnded(heldJobs.filter((j) => later.has(j.id)));
           if (ended.size > 0) await this.wake([...ended]);
         },
@@ -279,6 +290,45 @@ export class Dispatcher {
         this.o.logger.warn({ err: (err as Error).message }, 'checking the lines of held-back jobs failed'),
       );
     return new Set(later.keys());
+  }
+
+  private trackSlowHeld(id: string, target: string): void {
+    if (this.slowHeldTarget.size >= SLOW_HELD_TRACKED) return;
+    this.slowHeldTarget.set(id, target);
+    const ids = this.slowHeld.get(target);
+    if (ids) ids.add(id);
+    else this.slowHeld.set(target, new Set([id]));
+  }
+
+  private untrackSlowHeld(id: string): void {
+    const target = this.slowHeldTarget.get(id);
+    if (target === undefined) return;
+    this.slowHeldTarget.delete(id);
+    const ids = this.slowHeld.get(target);
+    ids?.delete(id);
+    if (ids?.size === 0) this.slowHeld.delete(target);
+  }
+
+  /**
+   * Slow-lane jobs held back for their turn (SLOW_LANE_START_RATE) whose target has become known since
+   * (a 2xx, and not suspect: the first contact answered): they are no longer first contacts, so their
+   * turns are dropped and this claim run starts them, in the fast lane, rather than at turns up to
+   * `held ÷ SLOW_LANE_START_RATE` seconds off. Read before each claim run while any are held (one
+   * indexed read of the unknown targets); a failed read releases nothing.
+   */
+  private async releaseKnown(): Promise<void> {
+    if (this.slowHeld.size === 0 || !this.o.knownTargets) return;
+    const unknown = await this.o.knownTargets.unknownOf([...this.slowHeld.keys()]);
+    if (!unknown) return;
+    const ids: string[] = [];
+    for (const [target, held] of this.slowHeld) if (!unknown.has(target)) for (const id of held) ids.push(id);
+    if (ids.length === 0) return;
+    await this.o.db.query(
+      `UPDATE delivery_jobs SET start_after = NULL
+        WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL AND start_after > now()`,
+      [ids],
+    );
+    for (const id of ids) this.untrackSlowHeld(id);
   }
 
   /** Kicks a claim run when the next held-back job's turn comes (at most every 100 ms). */
@@ -458,6 +508,7 @@ export class Dispatcher {
 
   /** Claims one batch, starts its workflows, and marks the started ones. Returns how many were claimed. */
   async runOnce(): Promise<number> {
+    await this.releaseKnown();
     // Round robin by tenant: every tenant's oldest job, then every tenant's second, ... (ties in
     // commit order), so one tenant's backlog does not hold the others' jobs behind it. `tenants`
     // walks the distinct tenants with undispatched jobs on the (tenant_id, seq) index, one probe
@@ -515,6 +566,7 @@ export class Dispatcher {
     );
     // Started in that order (the lanes take jobs in claimed order).
     const jobs = claimed.rows.sort((a, b) => Number(a.rn) - Number(b.rn) || Number(a.seq) - Number(b.seq));
+    for (const j of jobs) this.untrackSlowHeld(j.id);
     if (jobs.length === 0) {
       this.directFailed = false;
       return 0;
@@ -523,7 +575,9 @@ export class Dispatcher {
     const slow = await this.slowJobs(jobs.map((j) => ({ id: j.id, ...parts.get(j.id)!, behind: j.behind })));
     // Slow-lane and held jobs past their tenant's rate wait for their turn; one held back before starts now.
     const later = this.holdBack(
-      jobs.filter((j) => slow.has(j.id) && !j.had_turn).map((j) => ({ id: j.id, tenantId: j.tenant_id })),
+      jobs
+        .filter((j) => slow.has(j.id) && !j.had_turn)
+        .map((j) => ({ id: j.id, tenantId: j.tenant_id, target: parts.get(j.id)!.target })),
       jobs
         .filter((j) => j.behind && !j.had_turn)
         .map((j) => ({ id: j.id, tenantId: j.tenant_id, behind: j.behind! })),

@@ -28,6 +28,12 @@ export class KnownTargets {
 
   /** Of these targets (`host:port`), the ones whose jobs start in the slow lane. None when the read fails. */
   async slow(targets: string[]): Promise<Set<string>> {
+    // No hint when the read fails: the fast lane's own check sends these to the slow lane if need be.
+    return (await this.unknownOf(targets)) ?? new Set();
+  }
+
+  /** Of these targets, the ones not known (no 2xx lately, or suspect); undefined when the read fails. */
+  async unknownOf(targets: string[]): Promise<Set<string> | undefined> {
     const now = Date.now();
     const ask = [...new Set(targets)].filter((t) => (this.known.get(t) ?? 0) <= now);
     if (ask.length === 0) return new Set();
@@ -42,8 +48,7 @@ export class KnownTargets {
       );
       known = new Set(r.rows.map((x) => x.target));
     } catch {
-      // No hint: the fast lane's own check sends these to the slow lane if need be.
-      return new Set();
+      return undefined;
     }
     if (this.known.size + known.size > this.maxEntries)
       for (const [t, until] of this.known) if (until <= now) this.known.delete(t);

@@ -372,7 +372,14 @@ it("a tenant's slow-lane starts past SLOW_LANE_START_RATE wait for their turn, o
         (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).describe()).startTime.getTime(),
       ),
     );
-  const check = async (ids: string[], writtenAt: number) => {
+  // The receivers hold every answer until after the last turn: no 2xx, so the target stays unknown
+  // meanwhile, and its held-back jobs keep their turns (a 2xx would release them: the next test).
+  const gated = async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    return { rx: await startReceiver({ script: () => ({ status: 200, gate }) }), release };
+  };
+  const check = async (ids: string[], writtenAt: number, answer: () => void) => {
     // Right after: 3 wait for their turn (held back on purpose, not dispatcher lag), 4 are started.
     const held = await eventually(
       async () => (await rows(ids)).filter((r) => r.waits).length,
@@ -388,6 +395,8 @@ it("a tenant's slow-lane starts past SLOW_LANE_START_RATE wait for their turn, o
     const waiting = (await rows(ids)).filter((r) => r.waits).map((r) => r.id);
     // Every job is delivered, the held ones started by the dispatcher at their turns, no sooner:
     // 0.5, 1 and 1.5 s after the burst.
+    await new Promise((r) => setTimeout(r, Math.max(0, writtenAt + 1_800 - Date.now())));
+    answer();
     for (const id of ids) await delivered(id, 15_000);
     const times = await startTimes(waiting);
     times.sort((a, b) => a - b);
@@ -396,8 +405,8 @@ it("a tenant's slow-lane starts past SLOW_LANE_START_RATE wait for their turn, o
     expect((await rows(ids)).every((r) => r.dispatched)).toBe(true);
   };
 
-  const direct = await startReceiver();
-  const claimed = await startReceiver();
+  const { rx: direct, release: answerDirect } = await gated();
+  const { rx: claimed, release: answerClaimed } = await gated();
   const d1 = limited();
   const d2 = limited();
   try {
@@ -411,6 +420,7 @@ it("a tenant's slow-lane starts past SLOW_LANE_START_RATE wait for their turn, o
     await check(
       w1.starts.map((s) => s.id),
       at1,
+      answerDirect,
     );
     expect(direct.requests).toHaveLength(7);
 
@@ -424,11 +434,54 @@ it("a tenant's slow-lane starts past SLOW_LANE_START_RATE wait for their turn, o
     await check(
       w2.starts.map((s) => s.id),
       at2,
+      answerClaimed,
     );
   } finally {
+    answerDirect();
+    answerClaimed();
     await d1.stop();
     await d2.stop();
     await direct.close();
     await claimed.close();
+  }
+});
+
+it('slow-lane jobs held back for their turn start together once their target answers its first 2xx', async () => {
+  // One start every 4 s, bursts of 1: of 4 jobs to a receiver never seen before, the first starts at
+  // once (slow lane) and 3 get turns 4, 8 and 12 s off. The first one's 2xx makes the target known, so
+  // the claim run at the first turn starts all 3: they are no longer first contacts.
+  const rx = await startReceiver();
+  const d = sideDispatcher(stack, temporal.client, queue, {
+    knownTargets: new KnownTargets(stack.tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
+    slowStartRate: 0.25,
+  });
+  try {
+    const taskId = `rate-known-${crypto.randomUUID()}`;
+    for (let i = 0; i < 4; i++) await createConfig(stack, taskId, { id: `c${i}`, url: rx.url });
+    const at = Date.now();
+    const w = await writeLeased(taskId, d.directLeaseMs);
+    d.startNow('tenant-a', taskId, w.starts);
+    const ids = w.starts.map((x) => x.id);
+    for (const id of ids) await delivered(id, 10_000);
+    const starts = await Promise.all(
+      ids.map(async (id) => ({
+        id,
+        at:
+          (
+            await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).describe()
+          ).startTime.getTime() - at,
+      })),
+    );
+    starts.sort((a, b) => a.at - b.at);
+    // The first at once; the other 3 held back until the first turn, then together (not at 8 and 12 s).
+    expect(starts[0]!.at).toBeLessThan(2_000);
+    for (const s of starts.slice(1)) {
+      expect(s.at).toBeGreaterThanOrEqual(3_500);
+      expect(s.at).toBeLessThan(6_000);
+    }
+    expect(rx.requests).toHaveLength(4);
+  } finally {
+    await d.stop();
+    await rx.close();
   }
 });

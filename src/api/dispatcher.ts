@@ -104,7 +104,9 @@ export class Dispatcher {
    * that (or after a restart) a job simply waits for its turn.
    */
   private readonly slowHeld = new Map<string, Set<string>>();
-  private readonly slowHeldTarget = new Map<string, string>();
+  /** Each tracked id's target and turn (epoch ms): an id whose turn is past is due, and forgotten. */
+  private readonly slowHeldTarget = new Map<string, { target: string; turn: number }>();
+  private releaseCheckedAt = 0;
   /** Turns (epoch ms) of jobs this process held back: a claim run is kicked when the next one comes. */
   private turns: number[] = [];
   private turnTimer: NodeJS.Timeout | undefined;
@@ -279,7 +281,8 @@ export class Dispatcher {
         async () => {
           for (const t of later.values()) this.turns.push(t);
           this.armTurns();
-          for (const j of slowJobs) if (later.has(j.id) && j.target) this.trackSlowHeld(j.id, j.target);
+          for (const j of slowJobs)
+            if (later.has(j.id) && j.target) this.trackSlowHeld(j.id, j.target, later.get(j.id)!);
           const ended = await this.aheadEnded(heldJobs.filter((j) => later.has(j.id)));
           if (ended.size > 0) await this.wake([...ended]);
         },
@@ -292,16 +295,16 @@ export class Dispatcher {
     return new Set(later.keys());
   }
 
-  private trackSlowHeld(id: string, target: string): void {
+  private trackSlowHeld(id: string, target: string, turn: number): void {
     if (this.slowHeldTarget.size >= SLOW_HELD_TRACKED) return;
-    this.slowHeldTarget.set(id, target);
+    this.slowHeldTarget.set(id, { target, turn });
     const ids = this.slowHeld.get(target);
     if (ids) ids.add(id);
     else this.slowHeld.set(target, new Set([id]));
   }
 
   private untrackSlowHeld(id: string): void {
-    const target = this.slowHeldTarget.get(id);
+    const target = this.slowHeldTarget.get(id)?.target;
     if (target === undefined) return;
     this.slowHeldTarget.delete(id);
     const ids = this.slowHeld.get(target);
@@ -313,22 +316,41 @@ export class Dispatcher {
    * Slow-lane jobs held back for their turn (SLOW_LANE_START_RATE) whose target has become known since
    * (a 2xx, and not suspect: the first contact answered): they are no longer first contacts, so their
    * turns are dropped and this claim run starts them, in the fast lane, rather than at turns up to
-   * `held ÷ SLOW_LANE_START_RATE` seconds off. Read before each claim run while any are held (one
-   * indexed read of the unknown targets); a failed read releases nothing.
+   * `held ÷ SLOW_LANE_START_RATE` seconds off. Checked before a claim run at most every 250 ms while
+   * any are held (one indexed read of their targets, past the known-targets cache, so a target gone
+   * suspect since is not taken for known). Ids whose turn is past are forgotten first: due, they are
+   * some claim run's (this process's or another's), or a wake started them. Best effort: a failed read
+   * or write releases nothing and never holds the claim run up; rows being changed meanwhile are skipped.
    */
   private async releaseKnown(): Promise<void> {
     if (this.slowHeld.size === 0 || !this.o.knownTargets) return;
-    const unknown = await this.o.knownTargets.unknownOf([...this.slowHeld.keys()]);
-    if (!unknown) return;
-    const ids: string[] = [];
-    for (const [target, held] of this.slowHeld) if (!unknown.has(target)) for (const id of held) ids.push(id);
-    if (ids.length === 0) return;
-    await this.o.db.query(
-      `UPDATE delivery_jobs SET start_after = NULL
-        WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL AND start_after > now()`,
-      [ids],
-    );
-    for (const id of ids) this.untrackSlowHeld(id);
+    const now = Date.now();
+    if (now - this.releaseCheckedAt < 250) return;
+    this.releaseCheckedAt = now;
+    for (const [id, { turn }] of this.slowHeldTarget) if (turn < now - 1_000) this.untrackSlowHeld(id);
+    if (this.slowHeld.size === 0) return;
+    try {
+      const unknown = await this.o.knownTargets.unknownOf([...this.slowHeld.keys()], { cached: false });
+      if (!unknown) return;
+      const ids: string[] = [];
+      for (const [target, held] of this.slowHeld)
+        if (!unknown.has(target)) for (const id of held) ids.push(id);
+      if (ids.length === 0) return;
+      // Locked in id order, skipping rows another statement holds (a claim, a mark): no deadlock.
+      await this.o.db.query(
+        `UPDATE delivery_jobs SET start_after = NULL
+          WHERE id IN (SELECT id FROM delivery_jobs
+                        WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL AND start_after > now()
+                        ORDER BY id FOR UPDATE SKIP LOCKED)`,
+        [ids],
+      );
+      for (const id of ids) this.untrackSlowHeld(id);
+    } catch (err) {
+      this.o.logger.warn(
+        { err: (err as Error).message },
+        'releasing held first contacts failed; they keep their turns',
+      );
+    }
   }
 
   /** Kicks a claim run when the next held-back job's turn comes (at most every 100 ms). */
@@ -462,6 +484,7 @@ export class Dispatcher {
    */
   async wake(jobIds: string[]): Promise<void> {
     if (jobIds.length === 0) return;
+    for (const id of jobIds) this.untrackSlowHeld(id);
     try {
       await markDispatched(
         this.o.db,

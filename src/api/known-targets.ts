@@ -32,10 +32,14 @@ export class KnownTargets {
     return (await this.unknownOf(targets)) ?? new Set();
   }
 
-  /** Of these targets, the ones not known (no 2xx lately, or suspect); undefined when the read fails. */
-  async unknownOf(targets: string[]): Promise<Set<string> | undefined> {
+  /**
+   * Of these targets, the ones not known (no 2xx lately, or suspect); undefined when the read fails.
+   * `cached: false` reads every one, also those this process saw known within `knownTtlMs`.
+   */
+  async unknownOf(targets: string[], o: { cached?: boolean } = {}): Promise<Set<string> | undefined> {
     const now = Date.now();
-    const ask = [...new Set(targets)].filter((t) => (this.known.get(t) ?? 0) <= now);
+    const cached = o.cached ?? true;
+    const ask = [...new Set(targets)].filter((t) => !cached || (this.known.get(t) ?? 0) <= now);
     if (ask.length === 0) return new Set();
     let known: Set<string>;
     try {

@@ -70,6 +70,9 @@ export interface DispatcherOptions {
   eager?: boolean;
 }
 
+/** How many held-back slow-lane jobs one dispatcher remembers to release early (`releaseKnown`). */
+const SLOW_HELD_TRACKED = 100_000;
+
 /**
  * Starts the workflows of committed jobs. Two paths:
  * - direct (`startNow`): an event write's own jobs, started as soon as the write commits, without
@@ -82,9 +85,6 @@ export interface DispatcherOptions {
  *   load and picks up any start lost in a crash or refused by Temporal (a direct start's lease
  *   expires after `leaseMs`, or is released at once when the start fails).
  */
-/** How many held-back slow-lane jobs one dispatcher remembers to release early (`releaseKnown`). */
-const SLOW_HELD_TRACKED = 100_000;
-
 export class Dispatcher {
   private running: Promise<void> | undefined;
   private again = false;
@@ -99,13 +99,12 @@ export class Dispatcher {
   private readonly slowStarts: StartRate | undefined;
   private readonly heldStarts: StartRate | undefined;
   /**
-   * Slow-lane jobs this process held back for their turn, by target (`host:port`): released to the
-   * next claim run once their target is known (`releaseKnown`). At most SLOW_HELD_TRACKED ids; past
-   * that (or after a restart) a job simply waits for its turn.
+   * Slow-lane jobs this process held back for their turn, by id: their target (`host:port`) and turn
+   * (epoch ms). Released to the next claim run once their target is known (`releaseKnown`); an id
+   * whose turn is past is due, and forgotten. At most SLOW_HELD_TRACKED ids; past that (or after a
+   * restart) a job simply waits for its turn.
    */
-  private readonly slowHeld = new Map<string, Set<string>>();
-  /** Each tracked id's target and turn (epoch ms): an id whose turn is past is due, and forgotten. */
-  private readonly slowHeldTarget = new Map<string, { target: string; turn: number }>();
+  private readonly slowHeld = new Map<string, { target: string; turn: number }>();
   private releaseCheckedAt = 0;
   /** Turns (epoch ms) of jobs this process held back: a claim run is kicked when the next one comes. */
   private turns: number[] = [];
@@ -282,7 +281,8 @@ export class Dispatcher {
           for (const t of later.values()) this.turns.push(t);
           this.armTurns();
           for (const j of slowJobs)
-            if (later.has(j.id) && j.target) this.trackSlowHeld(j.id, j.target, later.get(j.id)!);
+            if (later.has(j.id) && j.target && this.slowHeld.size < SLOW_HELD_TRACKED)
+              this.slowHeld.set(j.id, { target: j.target, turn: later.get(j.id)! });
           const ended = await this.aheadEnded(heldJobs.filter((j) => later.has(j.id)));
           if (ended.size > 0) await this.wake([...ended]);
         },
@@ -293,23 +293,6 @@ export class Dispatcher {
         this.o.logger.warn({ err: (err as Error).message }, 'checking the lines of held-back jobs failed'),
       );
     return new Set(later.keys());
-  }
-
-  private trackSlowHeld(id: string, target: string, turn: number): void {
-    if (this.slowHeldTarget.size >= SLOW_HELD_TRACKED) return;
-    this.slowHeldTarget.set(id, { target, turn });
-    const ids = this.slowHeld.get(target);
-    if (ids) ids.add(id);
-    else this.slowHeld.set(target, new Set([id]));
-  }
-
-  private untrackSlowHeld(id: string): void {
-    const target = this.slowHeldTarget.get(id)?.target;
-    if (target === undefined) return;
-    this.slowHeldTarget.delete(id);
-    const ids = this.slowHeld.get(target);
-    ids?.delete(id);
-    if (ids?.size === 0) this.slowHeld.delete(target);
   }
 
   /**
@@ -327,14 +310,15 @@ export class Dispatcher {
     const now = Date.now();
     if (now - this.releaseCheckedAt < 250) return;
     this.releaseCheckedAt = now;
-    for (const [id, { turn }] of this.slowHeldTarget) if (turn < now - 1_000) this.untrackSlowHeld(id);
-    if (this.slowHeld.size === 0) return;
+    const targets = new Set<string>();
+    for (const [id, { target, turn }] of this.slowHeld)
+      if (turn < now - 1_000) this.slowHeld.delete(id);
+      else targets.add(target);
+    if (targets.size === 0) return;
     try {
-      const unknown = await this.o.knownTargets.unknownOf([...this.slowHeld.keys()], { cached: false });
+      const unknown = await this.o.knownTargets.unknownOf([...targets], { cached: false });
       if (!unknown) return;
-      const ids: string[] = [];
-      for (const [target, held] of this.slowHeld)
-        if (!unknown.has(target)) for (const id of held) ids.push(id);
+      const ids = [...this.slowHeld].filter(([, h]) => !unknown.has(h.target)).map(([id]) => id);
       if (ids.length === 0) return;
       // Locked in id order, skipping rows another statement holds (a claim, a mark): no deadlock.
       await this.o.db.query(
@@ -344,7 +328,7 @@ export class Dispatcher {
                         ORDER BY id FOR UPDATE SKIP LOCKED)`,
         [ids],
       );
-      for (const id of ids) this.untrackSlowHeld(id);
+      for (const id of ids) this.slowHeld.delete(id);
     } catch (err) {
       this.o.logger.warn(
         { err: (err as Error).message },
@@ -484,7 +468,7 @@ export class Dispatcher {
    */
   async wake(jobIds: string[]): Promise<void> {
     if (jobIds.length === 0) return;
-    for (const id of jobIds) this.untrackSlowHeld(id);
+    for (const id of jobIds) this.slowHeld.delete(id);
     try {
       await markDispatched(
         this.o.db,
@@ -589,7 +573,7 @@ export class Dispatcher {
     );
     // Started in that order (the lanes take jobs in claimed order).
     const jobs = claimed.rows.sort((a, b) => Number(a.rn) - Number(b.rn) || Number(a.seq) - Number(b.seq));
-    for (const j of jobs) this.untrackSlowHeld(j.id);
+    for (const j of jobs) this.slowHeld.delete(j.id);
     if (jobs.length === 0) {
       this.directFailed = false;
       return 0;

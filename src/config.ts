@@ -160,8 +160,8 @@ export const settingsSchema = z
     OUTBOUND_HOST_CONCURRENCY_BY_TARGET: targetBounds,
     // The main worker's workflow task slots (per worker process). Work past them waits in Temporal's task
     // queue, where the tenant fairness key orders it; inside the worker it is first come, and every task
-    // held there shares the worker's CPU. Unset: 10 for DELIVERY_WORKFLOW=classic, 300 for lean (whose
-    // attempt, a local activity, holds its run's workflow task slot while on the wire).
+    // held there shares the worker's CPU. Unset: 10; for DELIVERY_WORKFLOW=lean 10 in progress, a run
+    // whose local attempt has been on the wire over a second not counting, 300 in all.
     WORKER_WORKFLOW_TASK_SLOTS: optionalInt(2, 500),
     // The main worker's activity slots (per worker process): fast-lane attempts on the wire at once.
     WORKER_ACTIVITY_SLOTS: int(200, 1, 10_000),
@@ -242,28 +242,38 @@ export const settingsSchema = z
 export type Settings = z.output<typeof settingsSchema>;
 
 /**
- * The main worker's workflow task slots: WORKER_WORKFLOW_TASK_SLOTS, else by the delivery type started.
+ * The main worker's workflow task slots: WORKER_WORKFLOW_TASK_SLOTS (fixed), else 10 in progress, for
+ * both delivery types.
  *
- * Classic: 10. A classic workflow task is a few milliseconds of CPU; more slots only hold more of the
- * server's backlog inside the worker, where it is served first come and shares the worker's CPU, instead
- * of in the task queue, where the tenant fairness key orders it. Benchmark 9 (d), a tenant's burst of
- * 5,000 events beside another tenant's stream, on 2 cores: the other tenant's p50 8.2 × its idle p50
- * with 10 slots, 14.9 × with 300; benchmark 1's deliveries/s the same within noise (docs/decisions.md).
+ * Classic: 10, fixed. A classic workflow task is a few milliseconds of CPU; more slots only hold more
+ * of the server's backlog inside the worker, where it is served first come and shares the worker's
+ * CPU, instead of in the task queue, where the tenant fairness key orders it. Benchmark 9 (d), a
+ * tenant's burst of 5,000 events beside another tenant's stream, on 2 cores: the other tenant's p50
+ * 8.2 × its idle p50 with 10 slots, 14.9 × with 300; benchmark 1's deliveries/s the same within noise
+ * (docs/decisions.md).
  *
- * Lean: 300. Its fast-lane attempt is a local activity, and a run waiting for one keeps its workflow
- * task slot the whole time (also while the attempt waits for a local activity slot): with 10 slots, 10
- * attempts on the wire would stall every other run on this worker (timers, wake signals, queries, new
- * starts). 200 local activity slots are as many attempts at once as the classic type's 200 activity
- * slots; 300 leave 100 for the rest. Past that, workflow tasks wait on the server until attempts end
- * (each within DELIVERY_TIMEOUT ≤ 60 s; a target that times out or is slow moves to the slow lane's
- * normal activities, which hold no workflow task slot). Slots may not exceed maxCachedWorkflows (500).
+ * Lean: 10 in progress, 300 in all (`elastic`). Its fast-lane attempt is a local activity, and a run
+ * waiting for one keeps its workflow task slot the whole time: with 10 fixed slots, attempts hanging
+ * at one black-holed receiver left the worker no slot to take any other task (a poll needs one). A run
+ * whose local attempt has been on the wire for more than a second no longer counts as in progress
+ * (src/worker/workflow-slots.ts), up to 300 slots in all (≤ maxCachedWorkflows, 500). Until session 19
+ * it had 300 fixed slots, where a tenant's burst sat inside the worker, first come.
  *
- * A worker serves both types: lean runs still in flight after a switch back to classic finish with 10
- * slots, at most 10 of their attempts at once.
+ * A worker serves both types: with classic's fixed 10, lean runs still in flight after a switch back
+ * finish with at most 10 of their attempts at once.
  */
-export function workflowTaskSlots(s: Pick<Settings, 'WORKER_WORKFLOW_TASK_SLOTS' | 'DELIVERY_WORKFLOW'>) {
-  if (s.WORKER_WORKFLOW_TASK_SLOTS !== undefined) return Number(s.WORKER_WORKFLOW_TASK_SLOTS);
-  return s.DELIVERY_WORKFLOW === 'lean' ? 300 : 10;
+export function workflowTaskSlots(s: Pick<Settings, 'WORKER_WORKFLOW_TASK_SLOTS' | 'DELIVERY_WORKFLOW'>): {
+  active: number;
+  hardCap: number;
+  elastic: boolean;
+} {
+  if (s.WORKER_WORKFLOW_TASK_SLOTS !== undefined) {
+    const n = Number(s.WORKER_WORKFLOW_TASK_SLOTS);
+    return { active: n, hardCap: n, elastic: false };
+  }
+  return s.DELIVERY_WORKFLOW === 'lean'
+    ? { active: 10, hardCap: 300, elastic: true }
+    : { active: 10, hardCap: 10, elastic: false };
 }
 export const SETTING_NAMES = Object.keys(settingsSchema.shape) as Array<keyof Settings>;
 

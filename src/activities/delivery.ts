@@ -23,6 +23,7 @@ import { slotHeld, targetOf, type CallHealth, type HostSlots } from '../db/slots
 import { lineAfter, lineJobOf, ON_WIRE_LIMIT_MS, unfinishedJobsOf, type LineRow } from '../db/outbox';
 import { heldBy, nextInLine, recheckMs } from '../delivery/order';
 import type { JobToStart } from '../temporal';
+import type { LocalAttemptClock } from '../worker/workflow-slots';
 
 /** Workflow time and a sample of the workflow's deterministic random: every decision is in Temporal time. */
 export interface AttemptInput {
@@ -83,6 +84,8 @@ export interface DeliveryDeps {
   wakeOrStart: (jobs: JobToStart[]) => Promise<void>;
   /** CONFIG_FAILING_AFTER: a config without a 2xx for this long (workflow time) stops as `failing`. */
   failingAfterMs: number;
+  /** Times this worker's local attempts (the lean type's), for its workflow task slots; optional. */
+  localAttempts?: LocalAttemptClock;
 }
 
 /** How often a job waiting in line for a slot asks again when no grant woke it (a lost signal). */
@@ -410,6 +413,19 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
    * (Postgres, unsealing): Temporal retries that, and no attempt is used.
    */
   async function attemptDelivery(input: AttemptInput): Promise<AttemptOutput> {
+    // A local attempt (the lean type's fast lane) holds its run's workflow task slot: timed, so that a
+    // run whose attempt hangs stops counting as in progress (src/worker/workflow-slots.ts).
+    const clock = deps.localAttempts;
+    if (!clock || !isLocalActivity()) return attempt(input);
+    const id = clock.begin();
+    try {
+      return await attempt(input);
+    } finally {
+      clock.end(id);
+    }
+  }
+
+  async function attempt(input: AttemptInput): Promise<AttemptOutput> {
     const ctx = await loadAttemptContext(input.jobId, input.attempt, input.now);
     if (!ctx)
       return {
@@ -700,6 +716,14 @@ export type DeliveryActivities = ReturnType<typeof createDeliveryActivities>;
  * The running activity's cancellation signal (normal and local activities alike), or undefined when
  * called outside an activity (tests call the functions directly).
  */
+function isLocalActivity(): boolean {
+  try {
+    return ActivityContext.current().info.isLocal;
+  } catch {
+    return false;
+  }
+}
+
 function cancellationSignal(): AbortSignal | undefined {
   try {
     return ActivityContext.current().cancellationSignal;

@@ -15,6 +15,7 @@ import { readRequestId, withRequestContext } from '../request-context';
 import { temporalWorkerTracing } from '../tracing';
 import express from 'express';
 import { createDeliveryActivities } from '../activities/delivery';
+import { LocalAttemptClock, workflowSlotSupplier } from './workflow-slots';
 import { createRegistrationActivities } from '../activities/registration';
 import { parseTargetBounds, requireSettings, workflowTaskSlots } from '../config';
 import { opsRoutes } from '../api/app';
@@ -59,10 +60,18 @@ export function temporalLogForwarder(logger: Logger): DefaultLogger {
   });
 }
 
+/** Local activity slots of the main worker: the lean type's attempts on the wire at once, at most. */
+const LOCAL_ACTIVITY_SLOTS = 200;
+
 /** The slow lane's task queue: attempts to targets that recently timed out, refused or were slow. */
 export const slowLaneOf = (taskQueue: string) => `${taskQueue}-slow`;
 
-export function activitiesFor(rt: Runtime, httpClient: OutboundClient, client: Client) {
+export function activitiesFor(
+  rt: Runtime,
+  httpClient: OutboundClient,
+  client: Client,
+  localAttempts?: LocalAttemptClock,
+) {
   const s = requireSettings(rt.settings, ['PUBLIC_BASE_URL']);
   const slots = new HostSlots(rt.db, {
     ...DEFAULT_SLOT_SETTINGS,
@@ -110,6 +119,7 @@ export function activitiesFor(rt: Runtime, httpClient: OutboundClient, client: C
     // A job the wake started (held back by HELD_START_RATE, not started yet) leaves the claim run.
     wakeOrStart: async (jobs) => markDispatched(rt.db, await wakeOrStartDeliveries(starter, jobs)),
     failingAfterMs: s.CONFIG_FAILING_AFTER,
+    ...(localAttempts ? { localAttempts } : {}),
   });
   return { ...delivery, ...registration };
 }
@@ -243,10 +253,13 @@ export class Workers {
     },
   ): Promise<Workers> {
     const client = new Client({ connection: o.connection, namespace: o.namespace });
-    const activities = activitiesFor(rt, httpClient, client);
+    const wftSlots = workflowTaskSlots(rt.settings);
+    // Lean (unless the slots are set): its local attempts are timed, and a run whose attempt hangs stops
+    // counting against the slots (src/worker/workflow-slots.ts).
+    const clock = wftSlots.elastic ? new LocalAttemptClock() : undefined;
+    const activities = activitiesFor(rt, httpClient, client, clock);
     const interceptors = { activity: activityInterceptors(rt.logger) };
     const wf = workflowTracing();
-    const wftSlots = workflowTaskSlots(rt.settings);
     const main = await Worker.create({
       connection: o.connection,
       namespace: o.namespace,
@@ -255,14 +268,26 @@ export class Workers {
       activities,
       ...(wf.sinks ? { sinks: wf.sinks } : {}),
       interceptors: { ...interceptors, workflowModules: wf.workflowModules },
-      maxConcurrentActivityTaskExecutions: rt.settings.WORKER_ACTIVITY_SLOTS,
-      maxConcurrentWorkflowTaskExecutions: wftSlots,
+      ...(clock
+        ? {
+            tuner: {
+              workflowTaskSlotSupplier: workflowSlotSupplier(wftSlots.active, wftSlots.hardCap, clock),
+              activityTaskSlotSupplier: { type: 'fixed-size', numSlots: rt.settings.WORKER_ACTIVITY_SLOTS },
+              localActivityTaskSlotSupplier: { type: 'fixed-size', numSlots: LOCAL_ACTIVITY_SLOTS },
+              nexusTaskSlotSupplier: { type: 'fixed-size', numSlots: 1 },
+            },
+          }
+        : {
+            maxConcurrentActivityTaskExecutions: rt.settings.WORKER_ACTIVITY_SLOTS,
+            maxConcurrentWorkflowTaskExecutions: wftSlots.active,
+            maxConcurrentLocalActivityExecutions: LOCAL_ACTIVITY_SLOTS,
+          }),
       // A waiting poller holds a workflow task slot: with as many pollers as slots (the SDK's default
       // up to 10) an idle worker has no free slot, and an eager start (EAGER_START) is always refused.
       // Half the slots poll, 10 at most.
       workflowTaskPollerBehavior: {
         type: 'simple-maximum',
-        maximum: Math.min(10, Math.max(1, Math.floor(wftSlots / 2))),
+        maximum: Math.min(10, Math.max(1, Math.floor(wftSlots.active / 2))),
       },
       // As many of those poll the task queue as the worker's sticky queue (the SDK's default gives the
       // task queue a fifth). A new run's first task waits in the task queue, ordered by the tenant
@@ -270,7 +295,6 @@ export class Workers {
       // tenant's burst the sticky queue always has that tenant's work: with a fifth of the pollers,
       // another tenant's new deliveries waited for the task queue's one poller (benchmark 9 (d)).
       nonStickyToStickyPollRatio: 1,
-      maxConcurrentLocalActivityExecutions: 200,
       // A backlog is thousands of deliveries asleep on timers: each cached run holds memory, and one that
       // wakes after eviction replays its few events. 500 keeps the worker's memory bounded (bench 6).
       maxCachedWorkflows: 500,

@@ -36,11 +36,16 @@ describe('settings', () => {
     });
   });
   it("sizes the worker's workflow task slots by the delivery type unless set", () => {
-    expect(workflowTaskSlots(loadSettings({}))).toBe(10);
-    expect(workflowTaskSlots(loadSettings({ DELIVERY_WORKFLOW: 'lean' }))).toBe(300);
+    expect(workflowTaskSlots(loadSettings({}))).toEqual({ active: 10, hardCap: 10, elastic: false });
+    // Lean: 10 in progress, a run whose local attempt hangs not counting, 300 in all.
+    expect(workflowTaskSlots(loadSettings({ DELIVERY_WORKFLOW: 'lean' }))).toEqual({
+      active: 10,
+      hardCap: 300,
+      elastic: true,
+    });
     expect(
       workflowTaskSlots(loadSettings({ WORKER_WORKFLOW_TASK_SLOTS: '40', DELIVERY_WORKFLOW: 'lean' })),
-    ).toBe(40);
+    ).toEqual({ active: 40, hardCap: 40, elastic: false });
     expect(loadSettings({}).WORKER_ACTIVITY_SLOTS).toBe(200);
     expect(() => loadSettings({ WORKER_WORKFLOW_TASK_SLOTS: '1' })).toThrow(/WORKER_WORKFLOW_TASK_SLOTS/);
     expect(() => loadSettings({ WORKER_WORKFLOW_TASK_SLOTS: '501' })).toThrow(/WORKER_WORKFLOW_TASK_SLOTS/);

@@ -124,6 +124,30 @@ describe('lean delivery workflow (time-skipping)', () => {
       { n: 1, outcome: 'delivered', http_status: 200 },
     ]);
   });
+  it('attempts that hang do not stall the worker: past a second they stop counting against its 10 workflow task slots', async () => {
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((r) => (release = r));
+    await setUp('lean', () => ({ status: 200, gate }), { OUTBOUND_HOST_CONCURRENCY: '30' });
+    const other = await startReceiver({ script: () => ({ status: 200 }) });
+    try {
+      await markTargetAnswered(stack!.tdb.db, other.url);
+      const hung: string[] = [];
+      for (let i = 0; i < 12; i++) hung.push(await event(`task-hang-${i}`));
+      // All twelve on the wire at once, each a local attempt holding its run's workflow task slot: with
+      // 10 fixed slots the worker took no new task past 7 of them.
+      await receiver!.waitFor(12, 15_000);
+      const elsewhere = await event('task-elsewhere', other.url);
+      expect(await deliveryResult(env.client, elsewhere)).toMatchObject({ status: 'delivered', attempts: 1 });
+      expect(receiver!.requests).toHaveLength(12);
+      release();
+      for (const jobId of hung)
+        expect(await deliveryResult(env.client, jobId)).toMatchObject({ status: 'delivered', attempts: 1 });
+      for (const jobId of [...hung, elsewhere])
+        expect(attemptCalls(await history(jobId))).toEqual([{ on: 'local', summary: 'attempt 1' }]);
+    } finally {
+      await other.close();
+    }
+  });
 });
 
 describe.each<Kind>(['classic', 'lean'])('delivery workflow %s (time-skipping)', (kind) => {

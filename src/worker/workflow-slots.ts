@@ -1,0 +1,111 @@
+import type { CustomSlotSupplier, WorkflowSlotInfo } from '@temporalio/worker';
+
+/**
+ * The lean type's local attempts on the wire in this worker process, with their start times. A local
+ * activity keeps its run's workflow task slot until it ends; the slot supplier below counts a run whose
+ * attempt has been out for long as not in progress.
+ */
+export class LocalAttemptClock {
+  private readonly starts = new Map<number, number>();
+  private next = 0;
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  begin(): number {
+    const id = ++this.next;
+    this.starts.set(id, this.now());
+    return id;
+  }
+
+  end(id: number): void {
+    this.starts.delete(id);
+  }
+
+  /** How many have been on the wire longer than `ms`. */
+  olderThan(ms: number): number {
+    const limit = this.now() - ms;
+    let n = 0;
+    for (const t of this.starts.values()) if (t < limit) n++;
+    return n;
+  }
+}
+
+/** How long a local attempt is out before its run stops counting as in progress. */
+export const STUCK_LOCAL_ATTEMPT_MS = 1_000;
+
+/**
+ * The lean type's workflow task slots (issue 21): at most `active` workflow tasks in progress (the polls
+ * under way and the tasks being run), a run whose local attempt has been on the wire longer than
+ * `stuckMs` not counting; never more than `hardCap` in all.
+ *
+ * Why: a few slots keep a tenant's burst waiting in Temporal's task queue, where the fairness key
+ * orders it, instead of first come inside the worker (benchmark 9 (d)); but a local attempt keeps its
+ * slot, and with few fixed slots a receiver that hangs (a black hole takes up to its 8 host slots for
+ * DELIVERY_TIMEOUT) left the worker no slot to take any other task. Here the hanging attempts keep
+ * their slots but stop counting after `stuckMs`, so the worker takes new tasks again; the hard cap
+ * bounds them all (the worker's cached runs, maxCachedWorkflows, must be at least that).
+ *
+ * A poll holds its slot while it waits (that is how the SDK counts them); an eager start asks with
+ * `tryReserveSlot` and gets a slot only while fewer than `active` are in progress.
+ */
+export function workflowSlotSupplier(
+  active: number,
+  hardCap: number,
+  clock: LocalAttemptClock,
+  stuckMs = STUCK_LOCAL_ATTEMPT_MS,
+): CustomSlotSupplier<WorkflowSlotInfo> & { inProgress(): number } {
+  let issued = 0;
+  let used = 0;
+  const waiters: Array<() => void> = [];
+  let timer: NodeJS.Timeout | undefined;
+  const inProgress = () => issued - Math.min(used, clock.olderThan(stuckMs));
+  const canIssue = () => issued < hardCap && inProgress() < active;
+  const pump = () => {
+    while (waiters.length > 0 && canIssue()) {
+      issued++;
+      waiters.shift()!();
+    }
+    // A slot can also free by time alone (an attempt passing stuckMs): look again while polls wait.
+    if (waiters.length > 0 && !timer)
+      timer = setTimeout(() => {
+        timer = undefined;
+        pump();
+      }, stuckMs / 4).unref();
+  };
+  return {
+    type: 'custom',
+    inProgress,
+    reserveSlot(_ctx, abort) {
+      if (waiters.length === 0 && canIssue()) {
+        issued++;
+        return Promise.resolve({});
+      }
+      return new Promise((resolve, reject) => {
+        const grant = () => resolve({});
+        waiters.push(grant);
+        abort.addEventListener('abort', () => {
+          const i = waiters.indexOf(grant);
+          if (i < 0) return; // granted already: the SDK releases it
+          waiters.splice(i, 1);
+          const err = new Error('slot reservation aborted');
+          err.name = 'AbortError';
+          reject(err);
+        });
+        pump();
+      });
+    },
+    tryReserveSlot() {
+      if (!canIssue()) return null;
+      issued++;
+      return {};
+    },
+    markSlotUsed() {
+      used++;
+    },
+    releaseSlot(ctx) {
+      issued = Math.max(0, issued - 1);
+      if (ctx.slotInfo) used = Math.max(0, used - 1);
+      pump();
+    },
+  };
+}

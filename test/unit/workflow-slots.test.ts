@@ -1,0 +1,75 @@
+import { LocalAttemptClock, workflowSlotSupplier } from '../../src/worker/workflow-slots';
+
+const ctx = {
+  slotType: 'workflow' as const,
+  taskQueue: 'q',
+  workerIdentity: 'w',
+  workerBuildId: '',
+  isSticky: false,
+};
+const info = { type: 'workflow' as const, workflowType: 'deliveryWorkflowLean', isSticky: false };
+
+describe('LocalAttemptClock', () => {
+  it('counts the attempts out longer than a time', () => {
+    let now = 0;
+    const clock = new LocalAttemptClock(() => now);
+    const a = clock.begin();
+    now = 500;
+    clock.begin();
+    now = 1_200;
+    expect(clock.olderThan(1_000)).toBe(1);
+    expect(clock.olderThan(500)).toBe(2);
+    clock.end(a);
+    expect(clock.olderThan(500)).toBe(1);
+  });
+});
+
+describe('workflowSlotSupplier (the lean type’s workflow task slots)', () => {
+  it('issues `active` slots; past them a poll waits and an eager start is refused', async () => {
+    const s = workflowSlotSupplier(2, 10, new LocalAttemptClock());
+    await s.reserveSlot(ctx, new AbortController().signal);
+    expect(s.tryReserveSlot(ctx)).toEqual({});
+    expect(s.tryReserveSlot(ctx)).toBeNull();
+    let granted = false;
+    const poll = s.reserveSlot(ctx, new AbortController().signal).then(() => (granted = true));
+    await new Promise((r) => setImmediate(r));
+    expect(granted).toBe(false);
+    // A slot given back (its task done) goes to the waiting poll.
+    s.markSlotUsed({ permit: {}, slotInfo: info });
+    s.releaseSlot({ permit: {}, slotInfo: info });
+    await poll;
+    expect(granted).toBe(true);
+    expect(s.inProgress()).toBe(2);
+  });
+
+  it('a run whose local attempt has been out over `stuckMs` stops counting, up to the hard cap', () => {
+    let now = 0;
+    const clock = new LocalAttemptClock(() => now);
+    const s = workflowSlotSupplier(2, 3, clock, 1_000);
+    for (let i = 0; i < 2; i++) {
+      expect(s.tryReserveSlot(ctx)).toEqual({});
+      s.markSlotUsed({ permit: {}, slotInfo: info });
+      clock.begin(); // each of those runs is waiting on a local attempt
+    }
+    expect(s.tryReserveSlot(ctx)).toBeNull();
+    now = 1_500;
+    // Both attempts hang: the worker may take another task, but not past the hard cap of 3.
+    expect(s.inProgress()).toBe(0);
+    expect(s.tryReserveSlot(ctx)).toEqual({});
+    expect(s.tryReserveSlot(ctx)).toBeNull();
+  });
+
+  it('a poll given up (aborted) while it waits takes no slot', async () => {
+    const s = workflowSlotSupplier(1, 1, new LocalAttemptClock());
+    expect(s.tryReserveSlot(ctx)).toEqual({});
+    const abort = new AbortController();
+    const poll = s.reserveSlot(ctx, abort.signal);
+    abort.abort();
+    await expect(poll).rejects.toMatchObject({ name: 'AbortError' });
+    // A slot given back unused (no slotInfo), then the next poll gets it.
+    s.releaseSlot({ permit: {} });
+    expect(s.inProgress()).toBe(0);
+    await s.reserveSlot(ctx, new AbortController().signal);
+    expect(s.inProgress()).toBe(1);
+  });
+});

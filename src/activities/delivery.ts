@@ -712,10 +712,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
 
 export type DeliveryActivities = ReturnType<typeof createDeliveryActivities>;
 
-/**
- * The running activity's cancellation signal (normal and local activities alike), or undefined when
- * called outside an activity (tests call the functions directly).
- */
+/** Whether the running activity is a local activity (false outside an activity: tests call directly). */
 function isLocalActivity(): boolean {
   try {
     return ActivityContext.current().info.isLocal;
@@ -724,6 +721,10 @@ function isLocalActivity(): boolean {
   }
 }
 
+/**
+ * The running activity's cancellation signal (normal and local activities alike), or undefined when
+ * called outside an activity (tests call the functions directly).
+ */
 function cancellationSignal(): AbortSignal | undefined {
   try {
     return ActivityContext.current().cancellationSignal;

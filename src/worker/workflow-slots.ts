@@ -21,14 +21,24 @@ export class LocalAttemptClock {
     this.starts.delete(id);
   }
 
-  /** How many have been on the wire longer than `ms`. */
-  olderThan(ms: number): number {
-    const limit = this.now() - ms;
+  /**
+   * How many have been on the wire longer than `ms`. One out past `forgetMs` (longer than an attempt's
+   * start-to-close timeout, 2 min) is forgotten: its run has let its slot go (timed out, evicted) even
+   * if its promise never settled, and it must not stand for a task in progress.
+   */
+  olderThan(ms: number, forgetMs = FORGET_LOCAL_ATTEMPT_MS): number {
+    const now = this.now();
     let n = 0;
-    for (const t of this.starts.values()) if (t < limit) n++;
+    for (const [id, t] of this.starts) {
+      if (now - t > forgetMs) this.starts.delete(id);
+      else if (now - t > ms) n++;
+    }
     return n;
   }
 }
+
+/** Past the attempt's start-to-close timeout (2 min): a local attempt still timed is forgotten. */
+export const FORGET_LOCAL_ATTEMPT_MS = 3 * 60_000;
 
 /** How long a local attempt is out before its run stops counting as in progress. */
 export const STUCK_LOCAL_ATTEMPT_MS = 1_000;
@@ -76,6 +86,9 @@ export function workflowSlotSupplier(
     type: 'custom',
     inProgress,
     reserveSlot(_ctx, abort) {
+      // The SDK aborts a waiting poll only when it stops polling (shutdown); it expects the signal's
+      // own reason back.
+      if (abort.aborted) return Promise.reject(abort.reason as Error);
       if (waiters.length === 0 && canIssue()) {
         issued++;
         return Promise.resolve({});
@@ -83,14 +96,16 @@ export function workflowSlotSupplier(
       return new Promise((resolve, reject) => {
         const grant = () => resolve({});
         waiters.push(grant);
-        abort.addEventListener('abort', () => {
-          const i = waiters.indexOf(grant);
-          if (i < 0) return; // granted already: the SDK releases it
-          waiters.splice(i, 1);
-          const err = new Error('slot reservation aborted');
-          err.name = 'AbortError';
-          reject(err);
-        });
+        abort.addEventListener(
+          'abort',
+          () => {
+            const i = waiters.indexOf(grant);
+            if (i < 0) return; // granted already
+            waiters.splice(i, 1);
+            reject(abort.reason as Error);
+          },
+          { once: true },
+        );
         pump();
       });
     },

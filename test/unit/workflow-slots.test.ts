@@ -65,11 +65,41 @@ describe('workflowSlotSupplier (the lean type’s workflow task slots)', () => {
     const abort = new AbortController();
     const poll = s.reserveSlot(ctx, abort.signal);
     abort.abort();
-    await expect(poll).rejects.toMatchObject({ name: 'AbortError' });
+    await expect(poll).rejects.toBeDefined();
     // A slot given back unused (no slotInfo), then the next poll gets it.
     s.releaseSlot({ permit: {} });
     expect(s.inProgress()).toBe(0);
     await s.reserveSlot(ctx, new AbortController().signal);
     expect(s.inProgress()).toBe(1);
+  });
+
+  it('a waiting poll gets a slot that frees by time alone (an attempt passing stuckMs)', async () => {
+    const clock = new LocalAttemptClock();
+    const s = workflowSlotSupplier(1, 5, clock, 40);
+    expect(s.tryReserveSlot(ctx)).toEqual({});
+    s.markSlotUsed({ permit: {}, slotInfo: info });
+    clock.begin();
+    const t0 = Date.now();
+    await s.reserveSlot(ctx, new AbortController().signal);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(30);
+    expect(s.inProgress()).toBe(1);
+  });
+
+  it('a poll aborted before it asks is refused with the signal’s reason, and takes no slot', async () => {
+    const s = workflowSlotSupplier(1, 1, new LocalAttemptClock());
+    const abort = new AbortController();
+    abort.abort('Request Cancelled');
+    await expect(s.reserveSlot(ctx, abort.signal)).rejects.toBe('Request Cancelled');
+    expect(s.inProgress()).toBe(0);
+  });
+
+  it('forgets an attempt out longer than its start-to-close timeout', () => {
+    let now = 0;
+    const clock = new LocalAttemptClock(() => now);
+    clock.begin();
+    now = 2_000;
+    expect(clock.olderThan(1_000)).toBe(1);
+    now = 4 * 60_000;
+    expect(clock.olderThan(1_000)).toBe(0);
   });
 });

@@ -127,7 +127,11 @@ describe('lean delivery workflow (time-skipping)', () => {
   it('attempts that hang do not stall the worker: past a second they stop counting against its 10 workflow task slots', async () => {
     let release: () => void = () => undefined;
     const gate = new Promise<void>((r) => (release = r));
-    await setUp('lean', () => ({ status: 200, gate }), { OUTBOUND_HOST_CONCURRENCY: '30' });
+    // DELIVERY_TIMEOUT 60 s: no held attempt may time out before the release, on a slow machine.
+    await setUp('lean', () => ({ status: 200, gate }), {
+      OUTBOUND_HOST_CONCURRENCY: '30',
+      DELIVERY_TIMEOUT: '60s',
+    });
     const other = await startReceiver({ script: () => ({ status: 200 }) });
     try {
       await markTargetAnswered(stack!.tdb.db, other.url);

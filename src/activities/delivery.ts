@@ -712,23 +712,17 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
 
 export type DeliveryActivities = ReturnType<typeof createDeliveryActivities>;
 
-/** Whether the running activity is a local activity (false outside an activity: tests call directly). */
-function isLocalActivity(): boolean {
+/** The running activity's context, or undefined outside an activity (tests call the functions directly). */
+function currentActivity(): ActivityContext | undefined {
   try {
-    return ActivityContext.current().info.isLocal;
-  } catch {
-    return false;
-  }
-}
-
-/**
- * The running activity's cancellation signal (normal and local activities alike), or undefined when
- * called outside an activity (tests call the functions directly).
- */
-function cancellationSignal(): AbortSignal | undefined {
-  try {
-    return ActivityContext.current().cancellationSignal;
+    return ActivityContext.current();
   } catch {
     return undefined;
   }
 }
+
+/** Whether the running activity is a local activity. */
+const isLocalActivity = () => currentActivity()?.info.isLocal ?? false;
+
+/** The running activity's cancellation signal (normal and local activities alike). */
+const cancellationSignal = () => currentActivity()?.cancellationSignal;

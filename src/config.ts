@@ -118,6 +118,13 @@ const httpUrl = (what: string) =>
     if (!ok) ctx.addIssue({ code: 'custom', message: `${what} must be an absolute http(s) URL` });
   });
 
+/**
+ * The delivery workflow type new jobs start as when DELIVERY_WORKFLOW is unset: lean since session 20
+ * (docs/decisions.md, "Lean delivery (issue 21), the default"). Also what a dispatcher built without a
+ * type starts (src/api/dispatcher.ts).
+ */
+export const DEFAULT_DELIVERY_WORKFLOW = 'lean' as const;
+
 export const settingsSchema = z
   .object({
     DATABASE_URL: url('DATABASE_URL'),
@@ -146,9 +153,10 @@ export const settingsSchema = z
     OUTBOX_BOUND_PER_CONFIG: int(64, 1, 1_000_000),
     // per_config: a config's pushes go out in event order (a job waits for the earlier ones); none: at once.
     DELIVERY_ORDER: z.enum(['per_config', 'none']).default('per_config'),
-    // The workflow type new deliveries start as (issue 21): classic (an activity per attempt) or lean (the
-    // fast-lane attempt as a local activity). Runs already started finish as the type they started as.
-    DELIVERY_WORKFLOW: z.enum(['classic', 'lean']).default('classic'),
+    // The workflow type new deliveries start as (issue 21): lean (the fast-lane attempt as a local activity;
+    // the default since session 20) or classic (an activity per attempt). Runs already started finish as
+    // the type they started as.
+    DELIVERY_WORKFLOW: z.enum(['classic', 'lean']).default(DEFAULT_DELIVERY_WORKFLOW),
     // Where the api runs in one process with a worker (npm start; `main.ts api,worker`), `on` makes its
     // dispatcher start delivery workflows eagerly, handing the first workflow task straight to that
     // worker (a fresh job's first task never waits in the task queue behind another tenant's backlog;

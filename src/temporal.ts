@@ -7,6 +7,7 @@ import {
 } from '@temporalio/client';
 import { WorkflowIdReusePolicy, type Duration } from '@temporalio/common';
 import type { NativeConnection } from '@temporalio/worker';
+import { DEFAULT_DELIVERY_WORKFLOW } from './config';
 import { requestIdClientInterceptor } from './request-context';
 import { temporalClientInterceptors } from './tracing';
 import { fairnessKeyOf, hostOf, makeDeliveryWorkflowId, makeRegistrationWorkflowId } from './ids';
@@ -180,7 +181,7 @@ export async function startDeliveryWorkflow(
   client: Client,
   taskQueue: string,
   job: JobToStart,
-  kind: DeliveryWorkflowKind = 'classic',
+  kind: DeliveryWorkflowKind = DEFAULT_DELIVERY_WORKFLOW,
   eager = false,
 ): Promise<boolean> {
   const options = deliveryStartOptions(taskQueue, job, kind);

@@ -98,12 +98,12 @@ export function defaultDeliveryOrder(): DeliveryOrder {
 }
 
 /**
- * The DELIVERY_WORKFLOW every service process gets (issue 21): the service's default (classic), or
- * `BENCH_DELIVERY_WORKFLOW=lean` to run the suite with the lean delivery workflow. Always passed
- * explicitly, as DELIVERY_ORDER is.
+ * The DELIVERY_WORKFLOW every service process gets (issue 21): the service's default (lean, since
+ * session 20), or `BENCH_DELIVERY_WORKFLOW=classic` to run the suite with the classic delivery workflow.
+ * Always passed explicitly, as DELIVERY_ORDER is.
  */
 export function benchDeliveryWorkflow(): 'classic' | 'lean' {
-  const v = process.env.BENCH_DELIVERY_WORKFLOW ?? 'classic';
+  const v = process.env.BENCH_DELIVERY_WORKFLOW ?? 'lean';
   if (v !== 'classic' && v !== 'lean') throw new Error(`BENCH_DELIVERY_WORKFLOW: classic or lean, not ${v}`);
   return v;
 }

@@ -1,5 +1,6 @@
 import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
+import { DEFAULT_DELIVERY_WORKFLOW } from '../config';
 import type { Db } from '../db/pool';
 import { jobsToStart, markDispatched, type WrittenEvent } from '../db/outbox';
 import { hostAndTarget } from '../db/slots';
@@ -388,7 +389,7 @@ export class Dispatcher {
           this.o.client,
           this.o.taskQueue,
           { ...job, ...(this.o.plan ? { plan: this.o.plan } : {}) },
-          this.o.workflow ?? 'classic',
+          this.o.workflow ?? DEFAULT_DELIVERY_WORKFLOW,
           this.o.eager ?? false,
         );
         workflowStarts.inc({ path, eager: String(eager) });
@@ -456,7 +457,7 @@ export class Dispatcher {
     return {
       client: this.o.client,
       taskQueue: this.o.taskQueue,
-      kind: this.o.workflow ?? 'classic',
+      kind: this.o.workflow ?? DEFAULT_DELIVERY_WORKFLOW,
       plan: this.o.plan,
     };
   }

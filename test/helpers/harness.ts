@@ -32,6 +32,7 @@ import { clientInterceptors, eagerStartClient } from '../../src/temporal';
 import { temporalWorkerTracing } from '../../src/tracing';
 import { SEARCH_ATTRIBUTES } from '../../src/workflows/search-attributes';
 import pino from 'pino';
+import type { temporal as proto } from '@temporalio/proto';
 import { createTestDb, type TestDb } from './db';
 import { makeTestTls } from './tls';
 
@@ -412,3 +413,25 @@ export async function workflowResult<T = unknown>(
 /** The result of a delivery's workflow, once the dispatcher has started it. */
 export const deliveryResult = (client: Client, jobId: string): Promise<DeliveryResult> =>
   workflowResult<DeliveryResult>(client, makeDeliveryWorkflowId(jobId));
+
+type HistoryEvent = proto.api.history.v1.IHistoryEvent;
+
+/** An event's summary as the Web UI shows it (user metadata), or undefined. */
+export const summaryOf = (e: HistoryEvent) =>
+  e.userMetadata?.summary?.data
+    ? (JSON.parse(Buffer.from(e.userMetadata.summary.data).toString()) as string)
+    : undefined;
+
+/**
+ * Each attempt call as the Web UI's timeline shows it: an activity task (its queue) or a local
+ * activity's marker (`local`: the lean type's fast lane), with its summary ("attempt 2 of 8").
+ */
+export function attemptCalls(events: HistoryEvent[]): Array<{ on: string; summary: string | undefined }> {
+  return events.flatMap((e) =>
+    e.activityTaskScheduledEventAttributes
+      ? [{ on: e.activityTaskScheduledEventAttributes.taskQueue!.name!, summary: summaryOf(e) }]
+      : e.markerRecordedEventAttributes?.markerName === 'core_local_activity'
+        ? [{ on: 'local', summary: summaryOf(e) }]
+        : [],
+  );
+}

@@ -10,6 +10,7 @@ import { createApiKey } from '../../src/db/apikeys';
 import { writeEvent as writeOutbox } from '../../src/db/outbox';
 import { fairnessKeyOf, makeDeliveryWorkflowId, makeRegistrationWorkflowId } from '../../src/ids';
 import {
+  attemptCalls,
   connectDevServer,
   createConfig,
   eventually,
@@ -36,6 +37,11 @@ beforeAll(async () => {
   receiver = await startReceiver();
   // No sweep: whatever starts a job here is the path under test.
   stack = await startStack(temporal, queue, { env: { SWEEP_INTERVAL: '1h' } });
+});
+/** Closed after each test: what a test opened for itself. */
+const afterThis: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const close of afterThis.splice(0)) await close();
 });
 afterAll(async () => {
   await stack?.close();
@@ -76,9 +82,14 @@ describe('fairness key', () => {
       const { key } =
         tenant === 'tenant-a' ? { key: stack.apiKey } : await createApiKey(stack.tdb.db, tenant);
       const taskId = `fk-${crypto.randomUUID()}`;
+      // A receiver of its own, never answered before: the first attempt is a first contact, which runs
+      // in the slow lane, as an activity task under both delivery workflow types (the lean type's fast
+      // lane is a local activity, which no task queue dispatches).
+      const own = await startReceiver();
+      afterThis.push(() => own.close());
       const created = await apiAs(key, `/v1/tasks/${taskId}/pushNotificationConfigs`, {
         method: 'POST',
-        json: { id: 'c1', url: receiver.url },
+        json: { id: 'c1', url: own.url },
       });
       expect(created.status).toBe(201);
       const w = await apiAs(key, `/v1/tasks/${taskId}/events`, {
@@ -101,6 +112,9 @@ describe('fairness key', () => {
       const scheduled = history.events!.filter(
         (e) => e.eventType === proto.api.enums.v1.EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
       );
+      expect(attemptCalls(history.events!)).toEqual([
+        { on: `${queue}-slow`, summary: 'attempt 1 (slow lane)' },
+      ]);
       expect(scheduled.length).toBeGreaterThan(0);
       for (const e of scheduled)
         expect(e.activityTaskScheduledEventAttributes?.priority?.fairnessKey ?? '').toBe('');

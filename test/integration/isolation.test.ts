@@ -2,6 +2,7 @@ import crypto from 'node:crypto';
 import { makeDeliveryWorkflowId } from '../../src/ids';
 import { deliveryStatusQuery } from '../../src/workflows/signals';
 import {
+  attemptCalls,
   connectDevServer,
   createConfig,
   eventually,
@@ -274,10 +275,12 @@ describe('host isolation (bound 2, dev server)', () => {
           (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).fetchHistory()).events ??
           []
         )
-          .filter((e) => e.activityTaskScheduledEventAttributes)
-          .map((e) => e.activityTaskScheduledEventAttributes!.taskQueue!.name);
+          .filter((e) => e.activityTaskScheduledEventAttributes || e.markerRecordedEventAttributes)
+          .map((e) => attemptCalls([e])[0]?.on);
+      // The fast lane: the lean type's local activity (the default), the classic type's task queue.
+      const fast = lanes.rt.settings.DELIVERY_WORKFLOW === 'lean' ? 'local' : q;
       // Attempt 1 timed out (4 s) in the fast lane; attempt 2 ran in the slow lane and was delivered.
-      expect(await queues(first)).toEqual([q, `${q}-slow`]);
+      expect(await queues(first)).toEqual([fast, `${q}-slow`]);
       const mark = await lanes.tdb.db.query('SELECT suspect_until FROM outbound_targets WHERE target = $1', [
         `127.0.0.1:${target.port}`,
       ]);
@@ -288,7 +291,7 @@ describe('host isolation (bound 2, dev server)', () => {
         () => jobRow(lanes, second),
         (j) => j.status === 'delivered',
       );
-      expect(await queues(second)).toEqual([q]);
+      expect(await queues(second)).toEqual([fast]);
     } finally {
       await lanes.close();
       await target.close();

@@ -198,7 +198,10 @@ describe('eager start (the api beside the worker, EAGER_START on)', () => {
 
   it('the classic type starts eagerly too', async () => {
     // The dispatcher's type comes from the api settings; a stack of its own with classic.
-    const classic = await startStack(temporal, `${queue}-eager-classic`, { env: {}, eager: true });
+    const classic = await startStack(temporal, `${queue}-eager-classic`, {
+      env: { DELIVERY_WORKFLOW: 'classic' },
+      eager: true,
+    });
     try {
       receiver.setScript(() => ({ status: 200 }));
       await createConfig(classic, 'classic-eager', { id: 'c', url: receiver.url });

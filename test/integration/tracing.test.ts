@@ -9,6 +9,7 @@ import { Writable } from 'node:stream';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { createLogger } from '../../src/logger';
 import { flushTracing, shutdownTracing, startTracing, temporalWorkerTracing } from '../../src/tracing';
+import { DELIVERY_WORKFLOW_TYPES } from '../../src/temporal';
 import { startTestAgent, type TestAgent } from '../helpers/agent';
 import { ROOT, writeWorkflowBundle } from '../helpers/global-setup';
 import {
@@ -124,6 +125,12 @@ function keep(name: string, text: string) {
   fs.writeFileSync(path.join(dir, name), text + '\n');
 }
 
+/**
+ * The delivery workflow type the stack starts (DELIVERY_WORKFLOW; the lean type by default, whose
+ * attempt is a local activity: its spans are named as a normal activity's).
+ */
+const deliveryType = () => DELIVERY_WORKFLOW_TYPES[stack.rt.settings.DELIVERY_WORKFLOW];
+
 /** What no span may contain anywhere: names, attributes, events, links. */
 function expectNoneOf(spans: ExportedSpan[], secrets: string[]) {
   const text = JSON.stringify(spans);
@@ -155,7 +162,7 @@ it("one delivery is one trace under nr-llm's span: request, event write, start, 
 
   // The workflow's spans come once it has ended (the worker exports them from the workflow sandbox).
   const spans = await traceOf(traceId, (ss) =>
-    ['POST', 'RunWorkflow:deliveryWorkflow', 'StartActivity:attemptDelivery'].every((n) =>
+    ['POST', `RunWorkflow:${deliveryType()}`, 'StartActivity:attemptDelivery'].every((n) =>
       ss.some((s) => s.name === n),
     ),
   );
@@ -173,8 +180,8 @@ it("one delivery is one trace under nr-llm's span: request, event write, start, 
   expect(write.attributes).toMatchObject({ 'a2a_push.deliveries': 1, 'a2a_push.task_id': 'task-tr' });
   const dispatch = one(spans, 'dispatch', request);
   expect(dispatch.attributes).toMatchObject({ 'a2a_push.dispatch.path': 'direct', 'a2a_push.job_id': id });
-  const start = one(spans, 'StartWorkflow:deliveryWorkflow', dispatch);
-  const run = one(spans, 'RunWorkflow:deliveryWorkflow', start);
+  const start = one(spans, `StartWorkflow:${deliveryType()}`, dispatch);
+  const run = one(spans, `RunWorkflow:${deliveryType()}`, start);
   const schedule = one(spans, 'StartActivity:attemptDelivery', run);
   const attempt = one(spans, 'RunActivity:attemptDelivery', schedule);
   const post = one(spans, 'POST', attempt);
@@ -336,12 +343,12 @@ it("a job started by a dispatcher's claim joins the trace of the request that wr
     (d) => d.status === 'delivered',
   );
   const spans = await traceOf(traceId, (ss) =>
-    ['POST /v1/tasks/:taskId/events', 'dispatch', 'StartWorkflow:deliveryWorkflow'].every((n) =>
+    ['POST /v1/tasks/:taskId/events', 'dispatch', `StartWorkflow:${deliveryType()}`].every((n) =>
       ss.some((s) => s.name === n),
     ),
   );
   const request = one(spans, 'POST /v1/tasks/:taskId/events');
   const dispatch = one(spans, 'dispatch', request);
   expect(dispatch.attributes['a2a_push.dispatch.path']).toBe('claim');
-  one(spans, 'StartWorkflow:deliveryWorkflow', dispatch);
+  one(spans, `StartWorkflow:${deliveryType()}`, dispatch);
 });

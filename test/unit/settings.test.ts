@@ -36,12 +36,14 @@ describe('settings', () => {
     });
   });
   it("sizes the worker's workflow task slots by the delivery type unless set", () => {
-    expect(workflowTaskSlots(loadSettings({}))).toEqual({ active: 10, hardCap: 10, elastic: false });
-    // Lean: 10 in progress, a run whose local attempt hangs not counting, 300 in all.
-    expect(workflowTaskSlots(loadSettings({ DELIVERY_WORKFLOW: 'lean' }))).toEqual({
+    // Lean (the default since session 20): 10 in progress, a run whose local attempt hangs not counting,
+    // 300 in all.
+    expect(loadSettings({}).DELIVERY_WORKFLOW).toBe('lean');
+    expect(workflowTaskSlots(loadSettings({}))).toEqual({ active: 10, hardCap: 300, elastic: true });
+    expect(workflowTaskSlots(loadSettings({ DELIVERY_WORKFLOW: 'classic' }))).toEqual({
       active: 10,
-      hardCap: 300,
-      elastic: true,
+      hardCap: 10,
+      elastic: false,
     });
     expect(
       workflowTaskSlots(loadSettings({ WORKER_WORKFLOW_TASK_SLOTS: '40', DELIVERY_WORKFLOW: 'lean' })),

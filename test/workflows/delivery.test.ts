@@ -119,11 +119,17 @@ describe('delivery workflow (time-skipping)', () => {
     const [g1, g2] = gaps(s.attempts);
     expectInBand(g1!, 30_000);
     expectInBand(g2!, 90_000);
-    // What an operator reads in the Web UI: activity and timer summaries, the static summary, the query.
+    // What an operator reads in the Web UI: attempt (activity or marker) and timer summaries, the static summary, the query.
     const handle = env.client.workflow.getHandle(makeDeliveryWorkflowId(s.jobId));
     const events = (await handle.fetchHistory()).events ?? [];
     const summaries = events
-      .filter((e) => e.activityTaskScheduledEventAttributes || e.timerStartedEventAttributes)
+      .filter(
+        (e) =>
+          e.activityTaskScheduledEventAttributes ||
+          e.timerStartedEventAttributes ||
+          // The lean type (the default): each fast-lane attempt is a local activity, one marker.
+          e.markerRecordedEventAttributes?.markerName === 'core_local_activity',
+      )
       .map((e) =>
         e.userMetadata?.summary?.data
           ? JSON.parse(Buffer.from(e.userMetadata.summary.data).toString())

@@ -10,6 +10,7 @@ import { makeDeliveryWorkflowId } from '../../src/ids';
 import { DELIVERY_WORKFLOW_TYPES } from '../../src/temporal';
 import { deliveryStatusQuery } from '../../src/workflows/signals';
 import {
+  attemptCalls,
   attemptRows,
   createConfig,
   createTimeSkippingEnv,
@@ -18,6 +19,7 @@ import {
   jobRow,
   markTargetAnswered,
   startStack,
+  summaryOf,
   writeEvent,
   type Stack,
 } from '../helpers/harness';
@@ -52,25 +54,6 @@ const typeName = (e: HistoryEvent) =>
   proto.api.enums.v1.EventType[e.eventType!]!.replace(/^EVENT_TYPE_/, '')
     .toLowerCase()
     .replace(/(^|_)(\w)/g, (_, __, c: string) => c.toUpperCase());
-
-const summaryOf = (e: HistoryEvent) =>
-  e.userMetadata?.summary?.data
-    ? (JSON.parse(Buffer.from(e.userMetadata.summary.data).toString()) as string)
-    : undefined;
-
-/**
- * Each attempt call as the Web UI's timeline shows it: an activity task (its queue) or a local
- * activity's marker (`local`), with its summary ("attempt 2 of 8").
- */
-function attemptCalls(events: HistoryEvent[]) {
-  return events.flatMap((e) =>
-    e.activityTaskScheduledEventAttributes
-      ? [{ on: e.activityTaskScheduledEventAttributes.taskQueue!.name!, summary: summaryOf(e) }]
-      : e.markerRecordedEventAttributes
-        ? [{ on: 'local', summary: summaryOf(e) }]
-        : [],
-  );
-}
 
 /** What the Web UI shows as the workflow's current details (the SDK's built-in metadata query). */
 async function currentDetails(jobId: string): Promise<string | undefined> {

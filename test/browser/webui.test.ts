@@ -1,6 +1,7 @@
 /**
  * What an operator sees: Debian's chromium (driven by playwright-core) opens the dev server's Web UI,
- * filters the workflow list by TaskId, finds the delivery workflow and reads its summary.
+ * filters the workflow list by TaskId, finds the delivery workflow and reads its summary, and finds a
+ * lean fast-lane attempt (a local activity) in the event history with its summary.
  * Screenshots land in test-output/webui/. Run with `npx jest -c jest.browser.config.js`.
  */
 import { freePort } from '../helpers/test-services-port';
@@ -185,6 +186,33 @@ describe(
         .getByText('delivered (http_200) after 1 attempt(s)')
         .waitFor();
       await page.screenshot({ path: path.join(OUT_DIR, 'workflow-user-metadata.png'), fullPage: true });
+    });
+
+    it('a fast-lane attempt of the lean type (the default) is a Local Activity event with its summary', async () => {
+      // The receiver answered a 2xx above: the next delivery's attempt runs in the fast lane, which the
+      // lean type runs as a local activity, recorded as one marker event when it ends.
+      const ev = await writeEvent(stack, taskId, { task: { id: taskId } });
+      const workflowId = makeDeliveryWorkflowId(ev.deliveries[0]!.id);
+      await eventually(
+        () => jobRow(stack, ev.deliveries[0]!.id),
+        (j) => j.status === 'delivered',
+      );
+      const page: Page = context.pages()[0] ?? (await context.newPage());
+      page.setDefaultTimeout(20_000);
+      await page.goto(`${server.uiUrl}/namespaces/default/workflows/${encodeURIComponent(workflowId)}`);
+      await page.getByRole('heading', { name: workflowId }).waitFor();
+      await page.getByRole('link', { name: 'deliveryWorkflowLean' }).waitFor();
+      // The timeline labels the attempt with its activity type; the event history shows it as a Local
+      // Activity with the attempt's summary ("attempt 1"; a retry's: "attempt 2 of 8").
+      await page.getByText('attemptDelivery').first().waitFor();
+      await page.screenshot({ path: path.join(OUT_DIR, 'workflow-lean.png'), fullPage: true });
+      await page.getByRole('tab', { name: /Event History/ }).click();
+      const row = page.getByRole('row').filter({ hasText: 'Local Activity' });
+      await row.first().waitFor();
+      expect(await row.count()).toBe(1);
+      await row.getByText('attemptDelivery').waitFor();
+      await row.getByText('attempt 1', { exact: true }).waitFor();
+      await page.screenshot({ path: path.join(OUT_DIR, 'workflow-lean-history.png'), fullPage: true });
     });
   },
 );

@@ -168,10 +168,11 @@ export const settingsSchema = z
     OUTBOUND_HOST_CONCURRENCY_BY_TARGET: targetBounds,
     // The main worker's workflow task slots (per worker process). Work past them waits in Temporal's task
     // queue, where the tenant fairness key orders it; inside the worker it is first come, and every task
-    // held there shares the worker's CPU. Unset: 10; for DELIVERY_WORKFLOW=lean 10 in progress, a run
-    // whose local attempt has been on the wire over a second not counting, 300 in all.
+    // held there shares the worker's CPU. Unset: for DELIVERY_WORKFLOW=lean (the default) 10 in progress,
+    // a run whose local attempt has been on the wire over a second not counting, 300 in all; classic 10.
     WORKER_WORKFLOW_TASK_SLOTS: optionalInt(2, 500),
-    // The main worker's activity slots (per worker process): fast-lane attempts on the wire at once.
+    // The main worker's activity slots (per worker process): classic's fast-lane attempts on the wire at
+    // once (lean's are local activities: at most 200 per worker, LOCAL_ACTIVITY_SLOTS in src/worker).
     WORKER_ACTIVITY_SLOTS: int(200, 1, 10_000),
     // Activity slots of the slow lane: attempts to targets that recently timed out, refused or were slow.
     SLOW_LANE_CONCURRENCY: int(50, 1, 10_000),

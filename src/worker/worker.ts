@@ -254,6 +254,13 @@ export class Workers {
   ): Promise<Workers> {
     const client = new Client({ connection: o.connection, namespace: o.namespace });
     const wftSlots = workflowTaskSlots(rt.settings);
+    if (!wftSlots.elastic && rt.settings.DELIVERY_WORKFLOW === 'lean')
+      // A pinned count (set before lean became the default, say): each lean attempt keeps its run's
+      // workflow task slot while on the wire, so hanging targets can take every slot for DELIVERY_TIMEOUT.
+      rt.logger.warn(
+        { WORKER_WORKFLOW_TASK_SLOTS: wftSlots.active },
+        'WORKER_WORKFLOW_TASK_SLOTS is fixed under DELIVERY_WORKFLOW=lean: attempts that hang can take every workflow task slot of this worker until they time out; unset it for elastic slots',
+      );
     // Lean (unless the slots are set): its local attempts are timed, and a run whose attempt hangs stops
     // counting against the slots (src/worker/workflow-slots.ts).
     const clock = wftSlots.elastic ? new LocalAttemptClock() : undefined;

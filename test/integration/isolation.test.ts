@@ -5,6 +5,7 @@ import {
   attemptCalls,
   connectDevServer,
   createConfig,
+  deliveryResult,
   eventually,
   jobRow,
   json,
@@ -271,9 +272,13 @@ describe('host isolation (bound 2, dev server)', () => {
         (j) => j.status === 'delivered',
       );
       const queues = async (jobId: string) =>
+        // The run's end first: under lean the attempt's marker is recorded after the job row's status.
         (
-          (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).fetchHistory()).events ??
-          []
+          (
+            await deliveryResult(temporal.client, jobId).then(() =>
+              temporal.client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).fetchHistory(),
+            )
+          ).events ?? []
         )
           .filter((e) => e.activityTaskScheduledEventAttributes || e.markerRecordedEventAttributes)
           .map((e) => attemptCalls([e])[0]?.on);

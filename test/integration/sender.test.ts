@@ -3,6 +3,7 @@ import {
   configRow,
   connectDevServer,
   createConfig,
+  deliveryResult,
   eventually,
   jobRow,
   startStack,
@@ -173,6 +174,8 @@ describe('sender end to end (dev server, HTTP API)', () => {
       () => delivery(id),
       (d) => d.status === 'delivered',
     );
+    // The run's end: under lean the attempt's marker is recorded after the job row says delivered.
+    await deliveryResult(temporal.client, id);
     const history = await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).fetchHistory();
     const text = JSON.stringify(history);
     expect(text.length).toBeGreaterThan(500);

@@ -20,6 +20,7 @@ import {
   spawnService,
   stopAll,
   type Svc,
+  writeEventVia,
 } from './helpers/procs';
 
 let tdb: TestDb;
@@ -79,11 +80,7 @@ it.each([
       url: receiver.url.replace(/\/hook$/, p),
     });
     expect(c.status).toBe(201);
-    const e = await apiCall(api, key, 'POST', `/v1/tasks/${taskId}/events`, {
-      streamResponse: { statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' } } },
-    });
-    expect(e.status).toBe(202);
-    const id = e.json.deliveries[0].id as string;
+    const id = await writeEventVia(api, key, taskId);
 
     // The request is on the wire: the receiver has it and has not answered.
     await eventually(

@@ -13,7 +13,16 @@ import { createTestDb, type TestDb } from '../helpers/db';
 import { makeDeliveryWorkflowId } from '../../src/ids';
 import { connectDevServer, eventually } from '../helpers/harness';
 import { startReceiver, type Receiver, type ScriptedAnswer } from '../helpers/receiver';
-import { apiCall, FAST, ready, serviceEnv, spawnService, stopAll, type Svc } from './helpers/procs';
+import {
+  apiCall,
+  FAST,
+  ready,
+  serviceEnv,
+  spawnService,
+  stopAll,
+  type Svc,
+  writeEventVia,
+} from './helpers/procs';
 
 const JOBS = 30;
 const SEED = 0x5eed_f1a9;
@@ -90,11 +99,7 @@ it('a seeded flapping receiver: every job ends delivered or exhausted, ≤ 8 att
       url: receiver.url,
     });
     expect(c.status).toBe(201);
-    const e = await apiCall(api, key, 'POST', `/v1/tasks/${taskId}/events`, {
-      streamResponse: { statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' } } },
-    });
-    expect(e.status).toBe(202);
-    ids.push(e.json.deliveries[0].id as string);
+    ids.push(await writeEventVia(api, key, taskId));
   }
 
   const jobs = await eventually(

@@ -17,13 +17,13 @@ import { createTestDb, type TestDb } from '../helpers/db';
 import { eventually, markTargetAnswered } from '../helpers/harness';
 import { startReceiver, type Receiver, type ScriptedAnswer } from '../helpers/receiver';
 import {
-  apiCall,
   createConfigVia,
   ready,
   serviceEnv,
   spawnService,
   stopAll,
   type Svc,
+  writeEventVia,
 } from './helpers/procs';
 
 const DEAD_HOSTS = 2;
@@ -75,13 +75,7 @@ describe.each(['classic', 'lean'] as const)('DELIVERY_WORKFLOW=%s', (kind) => {
 
   const key = () => env.BOOTSTRAP_API_KEY!;
 
-  async function event(taskId: string): Promise<string> {
-    const r = await apiCall(api, key(), 'POST', `/v1/tasks/${taskId}/events`, {
-      streamResponse: { statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' } } },
-    });
-    expect(r.status).toBe(202);
-    return r.json.deliveries[0].id as string;
-  }
+  const event = (taskId: string) => writeEventVia(api, key(), taskId);
 
   const jobs = async (ids: string[]) =>
     (

@@ -31,7 +31,6 @@ import { freePort } from '../helpers/test-services-port';
 import { startReceiver, type ReceivedRequest, type Receiver } from '../helpers/receiver';
 import {
   alive,
-  apiCall,
   killHard,
   createConfigVia,
   ready,
@@ -42,6 +41,7 @@ import {
   stopAll,
   type OwnPg,
   type Svc,
+  writeEventVia,
 } from './helpers/procs';
 
 let pg: OwnPg;
@@ -123,11 +123,7 @@ const config = (taskId: string, p: string) => createConfigVia(api, key(), taskId
 async function events(taskId: string, from: number, count: number): Promise<string[]> {
   const ids: string[] = [];
   for (let i = from; i < from + count; i++) {
-    const r = await apiCall(api, key(), 'POST', `/v1/tasks/${taskId}/events`, {
-      streamResponse: { statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' }, metadata: { i } } },
-    });
-    expect(r.status).toBe(202);
-    ids.push(r.json.deliveries[0].id as string);
+    ids.push(await writeEventVia(api, key(), taskId, { i }));
   }
   return ids;
 }

@@ -20,7 +20,17 @@ import { createTestDb, type TestDb } from '../helpers/db';
 import { eventually } from '../helpers/harness';
 import { freePort } from '../helpers/test-services-port';
 import { startReceiver, type Receiver } from '../helpers/receiver';
-import { alive, apiCall, ready, serviceEnv, sleep, spawnService, stopAll, type Svc } from './helpers/procs';
+import {
+  alive,
+  apiCall,
+  ready,
+  serviceEnv,
+  sleep,
+  spawnService,
+  stopAll,
+  type Svc,
+  writeEventVia,
+} from './helpers/procs';
 
 let tdb: TestDb;
 let receiver: Receiver;
@@ -92,13 +102,7 @@ it('dev server killed with deliveries waiting and events acknowledged but not st
     });
     expect(c.status).toBe(201);
   }
-  const write = async (taskId: string, i: number) => {
-    const r = await apiCall(api, key, 'POST', `/v1/tasks/${taskId}/events`, {
-      streamResponse: { statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' }, metadata: { i } } },
-    });
-    expect(r.status).toBe(202);
-    return r.json.deliveries[0].id as string;
-  };
+  const write = (taskId: string, i: number) => writeEventVia(api, key, taskId, { i });
 
   // Five deliveries in their backoff wait when the server dies.
   const waiting: string[] = [];

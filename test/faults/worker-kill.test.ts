@@ -16,7 +16,6 @@ import { makeDeliveryWorkflowId } from '../../src/ids';
 import { connectDevServer, eventually, markTargetAnswered } from '../helpers/harness';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 import {
-  apiCall,
   createConfigVia,
   killHard,
   ready,
@@ -24,6 +23,7 @@ import {
   spawnService,
   stopAll,
   type Svc,
+  writeEventVia,
 } from './helpers/procs';
 
 describe.each(['classic', 'lean'] as const)('DELIVERY_WORKFLOW=%s', (kind) => {
@@ -81,13 +81,7 @@ describe.each(['classic', 'lean'] as const)('DELIVERY_WORKFLOW=%s', (kind) => {
   async function events(taskId: string, count: number): Promise<string[]> {
     const ids: string[] = [];
     for (let i = 0; i < count; i++) {
-      const r = await apiCall(api, key(), 'POST', `/v1/tasks/${taskId}/events`, {
-        streamResponse: {
-          statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' }, metadata: { i } },
-        },
-      });
-      expect(r.status).toBe(202);
-      ids.push(r.json.deliveries[0].id as string);
+      ids.push(await writeEventVia(api, key(), taskId, { i }));
     }
     return ids;
   }

@@ -144,6 +144,25 @@ export async function createConfigVia(api: Svc, key: string, taskId: string, url
   expect(r.status).toBe(201);
 }
 
+/**
+ * Writes a "working" status update to a task through the api (with `metadata`, when given, to tell the
+ * events apart); anything but 202 fails the test. Returns the id of its first delivery.
+ */
+export async function writeEventVia(
+  api: Svc,
+  key: string,
+  taskId: string,
+  metadata?: Record<string, unknown>,
+): Promise<string> {
+  const r = await apiCall(api, key, 'POST', `/v1/tasks/${taskId}/events`, {
+    streamResponse: {
+      statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' }, ...(metadata ? { metadata } : {}) },
+    },
+  });
+  expect(r.status).toBe(202);
+  return r.json.deliveries[0].id as string;
+}
+
 /** A job's attempt rows, in order. */
 export async function attemptRowsOf(db: Db, jobId: string) {
   return (

@@ -271,17 +271,14 @@ describe('host isolation (bound 2, dev server)', () => {
         () => jobRow(lanes, first),
         (j) => j.status === 'delivered',
       );
-      const queues = async (jobId: string) =>
+      const queues = async (jobId: string) => {
         // The run's end first: under lean the attempt's marker is recorded after the job row's status.
-        (
-          (
-            await deliveryResult(temporal.client, jobId).then(() =>
-              temporal.client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).fetchHistory(),
-            )
-          ).events ?? []
-        )
-          .filter((e) => e.activityTaskScheduledEventAttributes || e.markerRecordedEventAttributes)
-          .map((e) => attemptCalls([e])[0]?.on);
+        await deliveryResult(temporal.client, jobId);
+        const history = await temporal.client.workflow
+          .getHandle(makeDeliveryWorkflowId(jobId))
+          .fetchHistory();
+        return attemptCalls(history.events ?? []).map((c) => c.on);
+      };
       // The fast lane: the lean type's local activity (the default), the classic type's task queue.
       const fast = lanes.rt.settings.DELIVERY_WORKFLOW === 'lean' ? 'local' : q;
       // Attempt 1 timed out (4 s) in the fast lane; attempt 2 ran in the slow lane and was delivered.

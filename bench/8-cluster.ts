@@ -129,6 +129,9 @@ export const clusterBenchmark: Benchmark = {
     const rows: ClusterRow[] = [];
     // The bare workflow (one POSTing activity, benchmark 1's baseline (a)) on each server, after ours.
     const bare = new Map<string, number>();
+    // And the floor (benchmark 1's (d)): one local activity, started eagerly from its worker's process.
+    // Ours does all of its work and more: a ratio to bare that the floor does not reach is out of reach.
+    const floor = new Map<string, number>();
     if (kinds.some((k) => k !== 'dev')) ensureClusterBinaries({ log: ctx.log });
     for (const kind of kinds) {
       const srv = await startServer(ctx, kind);
@@ -175,24 +178,29 @@ export const clusterBenchmark: Benchmark = {
               `${row.deliveriesPerSec}/s; cores worker ${cores.workers} api ${cores.api} server ${cores.server} postgres ${cores.postgres}; machine ${row.machineBusyPct}% busy; ${row.duplicates} duplicates`,
             );
           }
-        ctx.log(`${srv.kind}: the bare workflow, ${n} starts`);
-        const bw = await startBareWorker(srv.address, ctx.receiver, srv.namespace);
-        try {
-          bare.set(srv.kind, (await runBareThroughput(bw, ctx.receiver, n)).deliveriesPerSec);
-        } finally {
-          await bw.stop();
-          ctx.receiver.reset();
+        for (const shape of ['classic', 'lean'] as const) {
+          ctx.log(
+            `${srv.kind}: the bare ${shape === 'lean' ? 'lean workflow (the floor)' : 'workflow'}, ${n} starts`,
+          );
+          const bw = await startBareWorker(srv.address, ctx.receiver, srv.namespace, shape);
+          try {
+            (shape === 'lean' ? floor : bare).set(
+              srv.kind,
+              (await runBareThroughput(bw, ctx.receiver, n)).deliveriesPerSec,
+            );
+          } finally {
+            await bw.stop();
+            ctx.receiver.reset();
+          }
         }
       } finally {
         await srv.stop();
       }
     }
 
-    const name = (r: ClusterRow) => {
-      const srv =
-        r.kind === 'dev' ? 'dev server' : `${r.shards} shards${r.kind.endsWith('-split') ? ' split' : ''}`;
-      return `${srv}, ${r.workers}w${rounds > 1 ? ` r${r.round}` : ''}`;
-    };
+    const serverName = (r: ClusterRow) =>
+      r.kind === 'dev' ? 'dev server' : `${r.shards} shards${r.kind.endsWith('-split') ? ' split' : ''}`;
+    const name = (r: ClusterRow) => `${serverName(r)}, ${r.workers}w${rounds > 1 ? ` r${r.round}` : ''}`;
     const figures: Figure[] = [];
     const chart: ChartRow[] = [];
     // Issue 21's targets, ours (1 worker) ÷ the bare workflow on the same server: ≥ 1.5 on the dev
@@ -212,6 +220,18 @@ export const clusterBenchmark: Benchmark = {
             : undefined,
         ),
       );
+      const f = floor.get(r.kind);
+      if (f !== undefined)
+        figures.push(
+          figure(`floor: bare lean workflow on the ${serverName(r)} deliveries/s`, f, '/s', {
+            label: 'bare workflow, same server',
+            value: b,
+          }),
+          figure(`${name(r)} deliveries/s`, r.deliveriesPerSec, '/s', {
+            label: 'floor: bare lean workflow, same server',
+            value: f,
+          }),
+        );
     }
     for (const r of rows) {
       const dev = rows.find((d) => d.kind === 'dev' && d.workers === r.workers && d.round === r.round);
@@ -251,7 +271,7 @@ export const clusterBenchmark: Benchmark = {
         `${n} events over 100 tasks (one config each), 32 event writes in flight, as in benchmark 1; every row has fresh api and worker processes and a fresh service database on the run's Postgres.`,
         "The clusters are Temporal server (built from its Go module), each over an embedded Postgres of its own (fsync on), one at a time: a cluster runs only during its own rows; 'Postgres cores' is its Postgres's CPU (the dev server keeps SQLite in its own process). The run's dev server stays up, idle, during the cluster rows.",
         'per core-second: deliveries/s over the cores of workers + api + Temporal server + its Postgres.',
-        `bare workflow on each server (deliveries/s): ${[...bare].map(([k, v]) => `${k} ${v}`).join(', ')}.`,
+        `bare workflow on each server (deliveries/s): ${[...bare].map(([k, v]) => `${k} ${v}`).join(', ')}; the floor, bare lean (one local activity, started eagerly from its worker's process): ${[...floor].map(([k, v]) => `${k} ${v}`).join(', ')}.`,
         `duplicates (POSTs beyond the first per event): ${rows.map((r) => r.duplicates).reduce((a, b) => a + b, 0)} in all.`,
         ...table,
       ],

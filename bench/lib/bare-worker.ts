@@ -1,11 +1,21 @@
 /**
- * The bare baseline's worker, in its own process like ours: `bare-worker.ts <address> <namespace> <taskQueue> <url> <caFile>`.
- * Its one activity POSTs the benchmark body with undici, as our activity does.
+ * The bare baseline's worker, in its own process like ours:
+ * `bare-worker.ts <address> <namespace> <taskQueue> <url> <caFile> [lean]`. Its one activity POSTs the
+ * benchmark body with undici, as our activity does.
+ *
+ * `lean` (the floor, `bareLeanDelivery`): the workflows are started from this process, eagerly, by a
+ * client on the worker's own connection (eager start needs that), and the POST is a local activity.
+ * The process then prints `READY <port>` and takes the starts over HTTP on 127.0.0.1:
+ * `POST /start` with `{ items: [{ id, taskId }], concurrency }` starts one workflow per item, that
+ * many in flight, and answers `{ sentAt: { [id]: epoch ms }, eager }` (how many starts were eager).
  */
 import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Client } from '@temporalio/client';
 import { NativeConnection, Worker, Runtime, DefaultLogger } from '@temporalio/worker';
 import { Agent, request } from 'undici';
-import { benchStreamResponse } from './util';
+import { benchStreamResponse, pool } from './util';
 
 export const createBareActivities = (url: string, agent: Agent) => ({
   async postOnce(input: { taskId: string; id: string }): Promise<number> {
@@ -23,12 +33,13 @@ export const createBareActivities = (url: string, agent: Agent) => ({
 export type BareActivities = ReturnType<typeof createBareActivities>;
 
 async function main() {
-  const [address, namespace, taskQueue, url, caFile] = process.argv.slice(2) as [
+  const [address, namespace, taskQueue, url, caFile, mode] = process.argv.slice(2) as [
     string,
     string,
     string,
     string,
     string,
+    string | undefined,
   ];
   Runtime.install({ logger: new DefaultLogger('WARN') });
   const agent = new Agent({ connect: { ca: fs.readFileSync(caFile) } });
@@ -42,12 +53,49 @@ async function main() {
     maxConcurrentActivityTaskExecutions: 200,
   });
   const run = worker.run();
-  process.stdout.write('READY\n');
-  process.on('SIGTERM', () => worker.shutdown());
+  const control =
+    mode === 'lean' ? await startControl(new Client({ connection, namespace }), taskQueue) : undefined;
+  process.stdout.write(`READY${control ? ` ${(control.address() as AddressInfo).port}` : ''}\n`);
+  process.on('SIGTERM', () => {
+    control?.close();
+    worker.shutdown();
+  });
   await run;
   await connection.close();
   await agent.close();
   process.exit(0);
+}
+
+/** The lean floor's starter: eager starts of `bareLeanDelivery` from this process (see the file's doc). */
+async function startControl(client: Client, taskQueue: string): Promise<http.Server> {
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (b: Buffer) => (body += b.toString()));
+    req.on('end', () => {
+      const { items, concurrency } = JSON.parse(body) as {
+        items: Array<{ id: string; taskId: string }>;
+        concurrency: number;
+      };
+      const sentAt: Record<string, number> = {};
+      let eager = 0;
+      pool(items, concurrency, async (e) => {
+        sentAt[e.id] = Date.now();
+        const h = await client.workflow.start('bareLeanDelivery', {
+          workflowId: `bare-lean-${e.id}`,
+          taskQueue,
+          args: [{ taskId: e.taskId, id: e.id }],
+          requestEagerStart: true,
+        });
+        if (h.eagerlyStarted) eager++;
+      }).then(
+        () =>
+          res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ sentAt, eager })),
+        (err: unknown) => res.writeHead(500).end(String(err)),
+      );
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return server;
 }
 
 if (require.main === module)

@@ -269,13 +269,38 @@ async function rechecksFired(ids: string[]): Promise<string[]> {
   return fired;
 }
 
-/** How many times the activity of the job's last attempt ran (more than once: Temporal retried it). */
-async function lastActivityRuns(id: string): Promise<number> {
+/**
+ * How many times the job's last attempt call ran (more than once: Temporal ran it again). A slow-lane
+ * (or classic) attempt is an activity: its last start's attempt number. A lean fast-lane attempt is a
+ * local activity inside a workflow task: the workflow tasks it took, i.e. one plus the tasks that timed
+ * out or failed between the task before it and the one that recorded its marker.
+ */
+async function lastAttemptRuns(id: string): Promise<number> {
   const connection = await Connection.connect({ address: server!.address });
   try {
-    const h = await new Client({ connection }).workflow.getHandle(makeDeliveryWorkflowId(id)).fetchHistory();
-    const runs = (h.events ?? []).map((e) => e.activityTaskStartedEventAttributes?.attempt).filter((a) => a);
-    return runs.at(-1) ?? 0;
+    const events =
+      (await new Client({ connection }).workflow.getHandle(makeDeliveryWorkflowId(id)).fetchHistory())
+        .events ?? [];
+    const last = events.findLastIndex(
+      (e) =>
+        e.activityTaskScheduledEventAttributes ||
+        e.markerRecordedEventAttributes?.markerName === 'core_local_activity',
+    );
+    if (last < 0) return 0;
+    if (events[last]!.activityTaskScheduledEventAttributes) {
+      const scheduledId = String(events[last]!.eventId);
+      const starts = events.filter(
+        (e) => String(e.activityTaskStartedEventAttributes?.scheduledEventId ?? '') === scheduledId,
+      );
+      return starts.at(-1)?.activityTaskStartedEventAttributes?.attempt ?? 0;
+    }
+    // The marker follows the completion of the task that ran it; count the lost tasks before that one.
+    const completedAt = events.slice(0, last).findLastIndex((e) => e.workflowTaskCompletedEventAttributes);
+    const before = events.slice(0, completedAt).findLastIndex((e) => e.workflowTaskCompletedEventAttributes);
+    const lost = events
+      .slice(before + 1, completedAt)
+      .filter((e) => e.workflowTaskTimedOutEventAttributes || e.workflowTaskFailedEventAttributes).length;
+    return 1 + lost;
   } finally {
     await connection.close();
   }
@@ -432,10 +457,10 @@ it('Temporal dev server killed with a line of 20 on one config: after its restar
   const fired = await rechecksFired(all);
   // Run twice: its completion was lost with the server, and the retried run (which finds the job
   // delivered and posts nothing) sent #2 its wake again.
-  const headRuns = await lastActivityRuns(ids[0]!);
+  const headRuns = await lastAttemptRuns(ids[0]!);
   process.stdout.write(
     `ordered temporal-restart: ${all.length} jobs in order (${more.length} written while down), duplicates ` +
-      `${duplicates}; down ${secs(upAt - downAt)}; the head's last activity ran ${headRuns} time(s); the line waited ${secs(got[0]!.at - upAt)} after the restart ` +
+      `${duplicates}; down ${secs(upAt - downAt)}; the head's last attempt ran ${headRuns} time(s); the line waited ${secs(got[0]!.at - upAt)} after the restart ` +
       `for #2, all in ${secs(got.at(-1)!.at - upAt)}, largest gap ${secs(gap)} (${gapAt}); ` +
       `rechecks fired: ${fired.join(', ') || 'none'}; ${secs(Date.now() - t0)} in all\n`,
   );

@@ -33,6 +33,7 @@ import { temporalWorkerTracing } from '../../src/tracing';
 import { SEARCH_ATTRIBUTES } from '../../src/workflows/search-attributes';
 import pino from 'pino';
 import type { temporal as proto } from '@temporalio/proto';
+import { testDeliveryWorkflow } from './delivery-workflow';
 import { createTestDb, type TestDb } from './db';
 import { makeTestTls } from './tls';
 
@@ -122,6 +123,8 @@ export function sideDispatcher(
     taskQueue,
     logger: silent,
     sweepIntervalMs: 3_600_000,
+    // The stack's own type (a dispatcher built without one would start the default).
+    workflow: stack.rt.settings.DELIVERY_WORKFLOW,
     ...o,
   });
 }
@@ -145,6 +148,7 @@ export async function startStack(
     OUTBOUND_ALLOW_CIDRS: '127.0.0.0/8',
     LOG_LEVEL: 'silent',
     PUBLIC_BASE_URL: inboxUrl,
+    ...testDeliveryWorkflow(),
     ...o.env,
   };
   const settings = loadSettings({ ...base, TASK_QUEUE: taskQueue, DATABASE_URL: tdb.url });

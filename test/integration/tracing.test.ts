@@ -47,6 +47,8 @@ const sink = new Writable({
 let otlp: OtlpReceiver;
 let temporal: Awaited<ReturnType<typeof connectDevServer>>;
 let stack: Stack;
+/** The same service with DELIVERY_WORKFLOW=classic (its attempt an activity task), for the delivery trace. */
+let classicStack: Stack;
 let receiver: Receiver;
 let agent: TestAgent;
 const taskQueue = `tracing-${crypto.randomBytes(4).toString('hex')}`;
@@ -68,11 +70,17 @@ beforeAll(async () => {
     workflowBundle: bundle,
     logger: createLogger('debug', 'a2a-push', sink),
   });
+  classicStack = await startStack(temporal, `${taskQueue}-classic`, {
+    env: { DELIVERY_WORKFLOW: 'classic' },
+    workflowBundle: bundle,
+    logger: createLogger('debug', 'a2a-push', sink),
+  });
   // A receiver that answered lately: the attempts run in the fast lane.
-  await markTargetAnswered(stack.tdb.db, receiver.url);
+  for (const s of [stack, classicStack]) await markTargetAnswered(s.tdb.db, receiver.url);
 });
 afterAll(async () => {
   await stack?.close();
+  await classicStack?.close();
   await agent?.close();
   await receiver?.close();
   await temporal?.close();
@@ -82,6 +90,12 @@ afterAll(async () => {
   fs.rmSync(bundle, { force: true });
   for (const k of [...Object.keys(OTEL_ENV), 'OTEL_EXPORTER_OTLP_ENDPOINT']) delete process.env[k];
 });
+
+/** The stack of the default type (the module's `stack`, where a test names its own `stack`). */
+const defaultStack = () => stack;
+
+/** The delivery workflow type the default stack (and a side dispatcher, which names none) starts. */
+const deliveryType = () => DELIVERY_WORKFLOW_TYPES[stack.rt.settings.DELIVERY_WORKFLOW];
 
 const hex = (bytes: number) => crypto.randomBytes(bytes).toString('hex');
 
@@ -125,99 +139,102 @@ function keep(name: string, text: string) {
   fs.writeFileSync(path.join(dir, name), text + '\n');
 }
 
-/**
- * The delivery workflow type the stack starts (DELIVERY_WORKFLOW; the lean type by default, whose
- * attempt is a local activity: its spans are named as a normal activity's).
- */
-const deliveryType = () => DELIVERY_WORKFLOW_TYPES[stack.rt.settings.DELIVERY_WORKFLOW];
-
 /** What no span may contain anywhere: names, attributes, events, links. */
 function expectNoneOf(spans: ExportedSpan[], secrets: string[]) {
   const text = JSON.stringify(spans);
   for (const s of secrets) expect(text).not.toContain(s);
 }
 
-it("one delivery is one trace under nr-llm's span: request, event write, start, workflow, attempt, POST; the receiver's traceparent is the POST's", async () => {
-  const pathToken = `hook-${hex(8)}`;
-  const queryToken = `sig-${hex(8)}`;
-  await createConfig(stack, 'task-tr', {
-    id: 'c1',
-    url: `https://127.0.0.1:${receiver.port}/${pathToken}?sig=${queryToken}`,
-    token: 'tok-never-in-a-span',
-    authentication: { scheme: 'Bearer', credentials: 'cred-never-in-a-span' },
-  });
-  const traceId = hex(16);
-  const nrLlmSpan = hex(8);
-  const res = await stack.api('/v1/tasks/task-tr/events', {
-    method: 'POST',
-    json: { streamResponse: { task: { id: 'task-tr', marker: 'body-never-in-a-span' } } },
-    headers: { traceparent: `00-${traceId}-${nrLlmSpan}-01`, tracestate: 'nrllm=state-never-sent-out' },
-  });
-  expect(res.status).toBe(202);
-  const id = ((await res.json()) as { deliveries: Array<{ id: string }> }).deliveries[0]!.id;
-  await eventually(
-    () => json(stack.api(`/v1/deliveries/${id}`)),
-    (d) => d.status === 'delivered',
-  );
+// Both delivery workflow types (DELIVERY_WORKFLOW): lean, the default, whose attempt is a local activity,
+// and classic, whose attempt is an activity task; their spans are named alike.
+it.each(['lean', 'classic'] as const)(
+  "%s: one delivery is one trace under nr-llm's span: request, event write, start, workflow, attempt, POST; the receiver's traceparent is the POST's",
+  async (kind) => {
+    const stack = kind === 'lean' ? defaultStack() : classicStack;
+    expect(stack.rt.settings.DELIVERY_WORKFLOW).toBe(kind);
+    const startedType = DELIVERY_WORKFLOW_TYPES[kind];
+    const task = `task-tr-${kind}`;
+    const pathToken = `hook-${hex(8)}`;
+    const queryToken = `sig-${hex(8)}`;
+    await createConfig(stack, task, {
+      id: 'c1',
+      url: `https://127.0.0.1:${receiver.port}/${pathToken}?sig=${queryToken}`,
+      token: 'tok-never-in-a-span',
+      authentication: { scheme: 'Bearer', credentials: 'cred-never-in-a-span' },
+    });
+    const traceId = hex(16);
+    const nrLlmSpan = hex(8);
+    const res = await stack.api(`/v1/tasks/${task}/events`, {
+      method: 'POST',
+      json: { streamResponse: { task: { id: task, marker: 'body-never-in-a-span' } } },
+      headers: { traceparent: `00-${traceId}-${nrLlmSpan}-01`, tracestate: 'nrllm=state-never-sent-out' },
+    });
+    expect(res.status).toBe(202);
+    const id = ((await res.json()) as { deliveries: Array<{ id: string }> }).deliveries[0]!.id;
+    await eventually(
+      () => json(stack.api(`/v1/deliveries/${id}`)),
+      (d) => d.status === 'delivered',
+    );
 
-  // The workflow's spans come once it has ended (the worker exports them from the workflow sandbox).
-  const spans = await traceOf(traceId, (ss) =>
-    ['POST', `RunWorkflow:${deliveryType()}`, 'StartActivity:attemptDelivery'].every((n) =>
-      ss.some((s) => s.name === n),
-    ),
-  );
-  // The tree, each span under the one before it (nr-llm's span is the root's parent).
-  const request = one(spans, 'POST /v1/tasks/:taskId/events');
-  expect(request.parentSpanId).toBe(nrLlmSpan);
-  expect(request.kind).toBe(SPAN_KIND.server);
-  expect(request.attributes).toMatchObject({
-    'http.request.method': 'POST',
-    'http.route': '/v1/tasks/:taskId/events',
-    'http.response.status_code': 202,
-    'url.scheme': 'http',
-  });
-  const write = one(spans, 'event write', request);
-  expect(write.attributes).toMatchObject({ 'a2a_push.deliveries': 1, 'a2a_push.task_id': 'task-tr' });
-  const dispatch = one(spans, 'dispatch', request);
-  expect(dispatch.attributes).toMatchObject({ 'a2a_push.dispatch.path': 'direct', 'a2a_push.job_id': id });
-  const start = one(spans, `StartWorkflow:${deliveryType()}`, dispatch);
-  const run = one(spans, `RunWorkflow:${deliveryType()}`, start);
-  const schedule = one(spans, 'StartActivity:attemptDelivery', run);
-  const attempt = one(spans, 'RunActivity:attemptDelivery', schedule);
-  const post = one(spans, 'POST', attempt);
-  expect(post.kind).toBe(SPAN_KIND.client);
-  // The push's URL: scheme, host and port only.
-  expect(post.attributes).toEqual({
-    'http.request.method': 'POST',
-    'url.scheme': 'https',
-    'server.address': '127.0.0.1',
-    'server.port': receiver.port,
-    'http.response.status_code': 200,
-  });
+    // The workflow's spans come once it has ended (the worker exports them from the workflow sandbox).
+    const spans = await traceOf(traceId, (ss) =>
+      ['POST', `RunWorkflow:${startedType}`, 'StartActivity:attemptDelivery'].every((n) =>
+        ss.some((s) => s.name === n),
+      ),
+    );
+    // The tree, each span under the one before it (nr-llm's span is the root's parent).
+    const request = one(spans, 'POST /v1/tasks/:taskId/events');
+    expect(request.parentSpanId).toBe(nrLlmSpan);
+    expect(request.kind).toBe(SPAN_KIND.server);
+    expect(request.attributes).toMatchObject({
+      'http.request.method': 'POST',
+      'http.route': '/v1/tasks/:taskId/events',
+      'http.response.status_code': 202,
+      'url.scheme': 'http',
+    });
+    const write = one(spans, 'event write', request);
+    expect(write.attributes).toMatchObject({ 'a2a_push.deliveries': 1, 'a2a_push.task_id': task });
+    const dispatch = one(spans, 'dispatch', request);
+    expect(dispatch.attributes).toMatchObject({ 'a2a_push.dispatch.path': 'direct', 'a2a_push.job_id': id });
+    const start = one(spans, `StartWorkflow:${startedType}`, dispatch);
+    const run = one(spans, `RunWorkflow:${startedType}`, start);
+    const schedule = one(spans, 'StartActivity:attemptDelivery', run);
+    const attempt = one(spans, 'RunActivity:attemptDelivery', schedule);
+    const post = one(spans, 'POST', attempt);
+    expect(post.kind).toBe(SPAN_KIND.client);
+    // The push's URL: scheme, host and port only.
+    expect(post.attributes).toEqual({
+      'http.request.method': 'POST',
+      'url.scheme': 'https',
+      'server.address': '127.0.0.1',
+      'server.port': receiver.port,
+      'http.response.status_code': 200,
+    });
 
-  // The receiver can join the trace: its traceparent is the POST span's; nr-llm's tracestate stays in.
-  const got = receiver.requests.find((r) => r.headers['x-a2a-push-delivery'] === id)!;
-  expect(got.headers.traceparent).toBe(`00-${traceId}-${post.spanId}-01`);
-  expect(got.headers.tracestate).toBeUndefined();
+    // The receiver can join the trace: its traceparent is the POST span's; nr-llm's tracestate stays in.
+    const got = receiver.requests.find((r) => r.headers['x-a2a-push-delivery'] === id)!;
+    expect(got.headers.traceparent).toBe(`00-${traceId}-${post.spanId}-01`);
+    expect(got.headers.tracestate).toBeUndefined();
 
-  expectNoneOf(spans, [
-    pathToken,
-    queryToken,
-    'tok-never-in-a-span',
-    'cred-never-in-a-span',
-    'body-never-in-a-span',
-    'state-never-sent-out',
-    stack.apiKey,
-  ]);
-  // Log lines written inside a span carry its trace id: the attempt's, and the request's own line.
-  const attemptLine = lines.find((l) => l.msg === 'delivery attempt' && l.jobId === id);
-  expect(attemptLine).toMatchObject({ traceId, spanId: attempt.spanId });
-  const requestLine = lines.find(
-    (l) => l.msg === 'request completed' && (l.req as { url?: string }).url === '/v1/tasks/task-tr/events',
-  );
-  expect(requestLine).toMatchObject({ traceId });
-  keep('delivery.txt', render(spans));
-});
+    expectNoneOf(spans, [
+      pathToken,
+      queryToken,
+      'tok-never-in-a-span',
+      'cred-never-in-a-span',
+      'body-never-in-a-span',
+      'state-never-sent-out',
+      stack.apiKey,
+    ]);
+    // Log lines written inside a span carry its trace id: the attempt's, and the request's own line.
+    const attemptLine = lines.find((l) => l.msg === 'delivery attempt' && l.jobId === id);
+    expect(attemptLine).toMatchObject({ traceId, spanId: attempt.spanId });
+    const requestLine = lines.find(
+      (l) => l.msg === 'request completed' && (l.req as { url?: string }).url === `/v1/tasks/${task}/events`,
+    );
+    expect(requestLine).toMatchObject({ traceId });
+    keep(kind === 'lean' ? 'delivery.txt' : 'delivery-classic.txt', render(spans));
+  },
+);
 
 it("a callback starts its own trace and only links the agent's traceparent; the reconcile links the callbacks it covers; agent calls carry traceparent", async () => {
   agent.setState('rt-tr', 'TASK_STATE_WORKING');

@@ -66,7 +66,8 @@ beforeAll(async () => {
   receiver = await startReceiver();
   agent = await startTestAgent();
   stack = await startStack(temporal, taskQueue, {
-    env: {},
+    // Lean (the default), whatever TEST_DELIVERY_WORKFLOW says: classic has a stack of its own below.
+    env: { DELIVERY_WORKFLOW: 'lean' },
     workflowBundle: bundle,
     logger: createLogger('debug', 'a2a-push', sink),
   });
@@ -91,10 +92,10 @@ afterAll(async () => {
   for (const k of [...Object.keys(OTEL_ENV), 'OTEL_EXPORTER_OTLP_ENDPOINT']) delete process.env[k];
 });
 
-/** The stack of the default type (the module's `stack`, where a test names its own `stack`). */
-const defaultStack = () => stack;
+/** The lean stack (the module's `stack`, where a test names its own `stack`). */
+const leanStack = () => stack;
 
-/** The delivery workflow type the default stack (and a side dispatcher, which names none) starts. */
+/** The delivery workflow type the module's stack (and a side dispatcher on it) starts. */
 const deliveryType = () => DELIVERY_WORKFLOW_TYPES[stack.rt.settings.DELIVERY_WORKFLOW];
 
 const hex = (bytes: number) => crypto.randomBytes(bytes).toString('hex');
@@ -150,7 +151,7 @@ function expectNoneOf(spans: ExportedSpan[], secrets: string[]) {
 it.each(['lean', 'classic'] as const)(
   "%s: one delivery is one trace under nr-llm's span: request, event write, start, workflow, attempt, POST; the receiver's traceparent is the POST's",
   async (kind) => {
-    const stack = kind === 'lean' ? defaultStack() : classicStack;
+    const stack = kind === 'lean' ? leanStack() : classicStack;
     expect(stack.rt.settings.DELIVERY_WORKFLOW).toBe(kind);
     const startedType = DELIVERY_WORKFLOW_TYPES[kind];
     const task = `task-tr-${kind}`;

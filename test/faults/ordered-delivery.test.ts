@@ -272,8 +272,9 @@ async function rechecksFired(ids: string[]): Promise<string[]> {
 /**
  * How many times the job's last attempt call ran (more than once: Temporal ran it again). A slow-lane
  * (or classic) attempt is an activity: its last start's attempt number. A lean fast-lane attempt is a
- * local activity inside a workflow task: the workflow tasks it took, i.e. one plus the tasks that timed
- * out or failed between the task before it and the one that recorded its marker.
+ * local activity inside a workflow task: the attempt number of the task that recorded its marker
+ * (Temporal writes a failed or timed-out task's retries to history only once one completes, with their
+ * count in the completed one's `attempt`).
  */
 async function lastAttemptRuns(id: string): Promise<number> {
   const connection = await Connection.connect({ address: server!.address });
@@ -294,13 +295,9 @@ async function lastAttemptRuns(id: string): Promise<number> {
       );
       return starts.at(-1)?.activityTaskStartedEventAttributes?.attempt ?? 0;
     }
-    // The marker follows the completion of the task that ran it; count the lost tasks before that one.
-    const completedAt = events.slice(0, last).findLastIndex((e) => e.workflowTaskCompletedEventAttributes);
-    const before = events.slice(0, completedAt).findLastIndex((e) => e.workflowTaskCompletedEventAttributes);
-    const lost = events
-      .slice(before + 1, completedAt)
-      .filter((e) => e.workflowTaskTimedOutEventAttributes || e.workflowTaskFailedEventAttributes).length;
-    return 1 + lost;
+    // The marker follows the completion of the task that ran it, which follows that task's scheduling.
+    const scheduled = events.slice(0, last).findLast((e) => e.workflowTaskScheduledEventAttributes);
+    return scheduled?.workflowTaskScheduledEventAttributes?.attempt ?? 0;
   } finally {
     await connection.close();
   }

@@ -254,6 +254,8 @@ describe('a line in backoff (retries 10 min; 1 call per target)', () => {
       TASK_QUEUE: `${queue}-long`,
       PUBLIC_BASE_URL: stack.inboxUrl,
       API_PORT: String(await freePort()),
+      // Its dispatcher starts what the stack's worker runs.
+      DELIVERY_WORKFLOW: stack.rt.settings.DELIVERY_WORKFLOW,
     });
     api = await startApi({ ...stack.rt, settings });
   });

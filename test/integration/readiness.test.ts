@@ -12,6 +12,7 @@ import type { Runtime } from '../../src/runtime';
 import { Keyring } from '../../src/sealing/keyring';
 import { startApi, startInbox, startWorker, type Service } from '../../src/services';
 import { createTestDb, type TestDb } from '../helpers/db';
+import { testDeliveryWorkflow } from '../helpers/delivery-workflow';
 import { eventually, type Json } from '../helpers/harness';
 import { startPlug, type Plug } from '../helpers/plug';
 import { freePort } from '../helpers/test-services-port';
@@ -43,6 +44,7 @@ beforeAll(async () => {
     API_PORT: String(apiPort),
     INBOX_PORT: String(inboxPort),
     WORKER_PORT: String(workerPort),
+    ...testDeliveryWorkflow(),
   });
   rt = {
     settings,

@@ -176,7 +176,7 @@ export const clusterBenchmark: Benchmark = {
             };
             rows.push(row);
             ctx.log(
-              `${row.deliveriesPerSec}/s; cores worker ${cores.workers} api ${cores.api} server ${cores.server} postgres ${cores.postgres}; machine ${row.machineBusyPct}% busy; ${row.duplicates} duplicates; p50 per stage (ms) ${JSON.stringify(r.stages ?? {})}; slowest (write → dispatched / → first attempt / → finished) ${(r.tail?.slowest ?? []).join('; ')}`,
+              `${row.deliveriesPerSec}/s; cores worker ${cores.workers} api ${cores.api} server ${cores.server} postgres ${cores.postgres}; machine ${row.machineBusyPct}% busy; ${row.duplicates} duplicates; writes took ${r.writesMs} ms (${r.writeRefusals} answered 503 and sent again); p50 per stage (ms) ${JSON.stringify(r.stages ?? {})}; slowest (write → dispatched / → first attempt / → finished) ${(r.tail?.slowest ?? []).join('; ')}`,
             );
           }
         for (const shape of ['classic', 'lean'] as const) {

@@ -13,7 +13,7 @@ import {
   type Services,
 } from './lib/stack';
 import { sequenceCheck, startBenchReceiver, type BenchReceiver, type SequenceCheck } from './lib/receiver';
-import { figure, type BenchResult, type ChartRow } from './lib/report';
+import { figure, latencyRows, type BenchResult, type ChartRow } from './lib/report';
 import { runDirectSender } from './lib/senders';
 import { cpuSeconds, latency, pool, postgresCpuSeconds, ratio, round, type Latency } from './lib/util';
 
@@ -310,9 +310,6 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
 export type BareShape = 'classic' | 'lean';
 
 export interface BareWorker {
-  shape: BareShape;
-  client: Client;
-  taskQueue: string;
   pid: number;
   /**
    * Starts one workflow per item, `concurrency` in flight: when each start was sent (epoch ms), and
@@ -325,7 +322,10 @@ export interface BareWorker {
   stop(): Promise<void>;
 }
 
-/** A bare worker process (baseline (a), or the lean floor) and a client, on the given Temporal. */
+/**
+ * A bare worker process (baseline (a), or the lean floor) on the given Temporal, and its starter: a
+ * client of the bench's own for (a), the worker process itself for the floor.
+ */
 export async function startBareWorker(
   temporalAddress: string,
   receiver: BenchReceiver,
@@ -341,12 +341,12 @@ export async function startBareWorker(
     receiver.tls.caFile,
     ...(shape === 'lean' ? ['lean'] : []),
   ]);
-  const connection = await Connection.connect({ address: temporalAddress });
-  const client = new Client({ connection, namespace });
+  // Eager starts must come from the worker's process: for the floor it starts them, on our word.
+  const connection = shape === 'classic' ? await Connection.connect({ address: temporalAddress }) : undefined;
+  const client = connection && new Client({ connection, namespace });
   const startAll: BareWorker['startAll'] =
-    shape === 'lean'
+    client === undefined
       ? async (items, concurrency) => {
-          // Eager starts must come from the worker's process: it starts them, on our word.
           const r = await fetch(`http://127.0.0.1:${proc.ready}/start`, {
             method: 'POST',
             body: JSON.stringify({ items, concurrency }),
@@ -368,14 +368,11 @@ export async function startBareWorker(
           return { sentAt };
         };
   return {
-    shape,
-    client,
-    taskQueue,
     pid: proc.pid,
     startAll,
     async stop() {
       await proc.stop();
-      await connection.close();
+      await connection?.close();
     },
   };
 }
@@ -537,10 +534,7 @@ export const deliveryBenchmark: Benchmark = {
     ctx.log('baselines (b) @a2a-js/sdk and (c) raw undici');
     const b = await runDirect('sdk', receiver, n);
     const c = await runDirect('undici', receiver, n);
-    const lat = (label: string, l: Latency): ChartRow[] => [
-      { bench: '1 delivery', series: label, metric: 'p50', value: l.p50, unit: 'ms' },
-      { bench: '1 delivery', series: label, metric: 'p99', value: l.p99, unit: 'ms' },
-    ];
+    const lat = (label: string, l: Latency) => latencyRows('1 delivery', label, l);
     const tp = (label: string, v: number): ChartRow => ({
       bench: '1 delivery',
       series: label,

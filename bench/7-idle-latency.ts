@@ -1,7 +1,7 @@
 import { stageBreakdown, startBareWorker, type BareShape } from './1-delivery';
 import { ApiClient } from './lib/api';
 import type { Benchmark } from './lib/context';
-import { figure } from './lib/report';
+import { figure, latencyRows } from './lib/report';
 import { startSender } from './lib/stack';
 import { latency, sleep, waitUntil } from './lib/util';
 
@@ -95,24 +95,9 @@ export const idleLatencyBenchmark: Benchmark = {
         }),
       ],
       chart: [
-        { bench: '7 idle latency', series: 'ours event → POST', metric: 'p50', value: o.p50, unit: 'ms' },
-        { bench: '7 idle latency', series: 'ours event → POST', metric: 'p99', value: o.p99, unit: 'ms' },
-        { bench: '7 idle latency', series: 'bare start → POST', metric: 'p50', value: b.p50, unit: 'ms' },
-        { bench: '7 idle latency', series: 'bare start → POST', metric: 'p99', value: b.p99, unit: 'ms' },
-        {
-          bench: '7 idle latency',
-          series: 'floor: bare lean start → POST',
-          metric: 'p50',
-          value: f.p50,
-          unit: 'ms',
-        },
-        {
-          bench: '7 idle latency',
-          series: 'floor: bare lean start → POST',
-          metric: 'p99',
-          value: f.p99,
-          unit: 'ms',
-        },
+        ...latencyRows('7 idle latency', 'ours event → POST', o),
+        ...latencyRows('7 idle latency', 'bare start → POST', b),
+        ...latencyRows('7 idle latency', 'floor: bare lean start → POST', f),
       ],
       notes: [
         `${m} events one at a time (100 ms apart, after 5 unmeasured), same dev server (WAL) for both.`,

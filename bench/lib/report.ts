@@ -24,6 +24,12 @@ export interface ChartRow {
   unit: string;
 }
 
+/** A series' p50 and p99 (ms) as two chart rows. */
+export const latencyRows = (bench: string, series: string, l: { p50: number; p99: number }): ChartRow[] => [
+  { bench, series, metric: 'p50', value: l.p50, unit: 'ms' },
+  { bench, series, metric: 'p99', value: l.p99, unit: 'ms' },
+];
+
 export interface BenchResult {
   name: string;
   title: string;

@@ -16,6 +16,7 @@ import { sequenceCheck, startBenchReceiver, type BenchReceiver, type SequenceChe
 import { figure, latencyRows, type BenchResult, type ChartRow } from './lib/report';
 import { runDirectSender } from './lib/senders';
 import { cpuSeconds, latency, pool, postgresCpuSeconds, ratio, round, type Latency } from './lib/util';
+import { makeDeliveryWorkflowId } from '../src/ids';
 
 export interface DeliveryThroughputOptions {
   /** Temporal frontend host:port (the run's dev server, or an external cluster). */
@@ -134,11 +135,13 @@ export async function stageBreakdown(databaseUrl: string, runId: string): Promis
 /**
  * The run's tail: its attempts that did not deliver, by outcome and error (each such job waited a
  * retry's backoff, RETRY_INITIAL 30 s), and its 3 slowest jobs, write → finished, by stage: write →
- * dispatched, → first attempt, → finished (ms), attempts, and whether a turn held it back (start_after).
+ * dispatched, → first attempt, → finished (ms), attempts, whether a turn held it back (start_after), and
+ * (with `temporal`) how many of its workflow tasks timed out.
  */
 export async function runTail(
   databaseUrl: string,
   runId: string,
+  temporal?: { address: string; namespace?: string },
 ): Promise<{ notDelivered: Record<string, number>; slowest: string[] }> {
   const c = new PgClient({ connectionString: databaseUrl });
   await c.connect();
@@ -151,8 +154,16 @@ export async function runTail(
         GROUP BY 1 ORDER BY 1`,
       [`${runId}-%`],
     );
-    const slow = await c.query<{ total: number; w: number; d: number; f: number; n: number; turn: boolean }>(
-      `SELECT round(extract(epoch FROM j.finished_at - j.created_at) * 1000) AS total,
+    const slow = await c.query<{
+      id: string;
+      total: number;
+      w: number;
+      d: number;
+      f: number;
+      n: number;
+      turn: boolean;
+    }>(
+      `SELECT j.id, round(extract(epoch FROM j.finished_at - j.created_at) * 1000) AS total,
               round(extract(epoch FROM j.dispatched_at - j.created_at) * 1000) AS w,
               round(extract(epoch FROM first.started_at - j.dispatched_at) * 1000) AS d,
               round(extract(epoch FROM j.finished_at - first.started_at) * 1000) AS f,
@@ -161,15 +172,49 @@ export async function runTail(
         WHERE j.task_id LIKE $1 ORDER BY j.finished_at - j.created_at DESC LIMIT 3`,
       [`${runId}-%`],
     );
+    const timedOut = temporal
+      ? await workflowTaskTimeouts(
+          temporal,
+          slow.rows.map((x) => x.id),
+        )
+      : [];
     return {
       notDelivered: Object.fromEntries(r.rows.map((x) => [x.what, Number(x.n)])),
       slowest: slow.rows.map(
-        (x) =>
-          `${x.total} ms (${x.w} / ${x.d} / ${x.f}, ${x.n} attempt${x.n === 1 ? '' : 's'}${x.turn ? ', held for a turn' : ''})`,
+        (x, i) =>
+          `${x.total} ms (${x.w} / ${x.d} / ${x.f}, ${x.n} attempt${x.n === 1 ? '' : 's'}${x.turn ? ', held for a turn' : ''}${timedOut[i] ? `, ${timedOut[i]} workflow task${timedOut[i] === 1 ? '' : 's'} timed out` : ''})`,
       ),
     };
   } finally {
     await c.end();
+  }
+}
+
+/**
+ * How many workflow tasks of each job's workflow timed out (a worker took the task and never answered
+ * it: the run waited the workflow task timeout, 20 s under lean, before another try); undefined where
+ * the history could not be read. Read from the histories, for the run's slowest jobs only.
+ */
+async function workflowTaskTimeouts(
+  temporal: { address: string; namespace?: string },
+  jobIds: string[],
+): Promise<Array<number | undefined>> {
+  if (jobIds.length === 0) return [];
+  const connection = await Connection.connect({ address: temporal.address });
+  try {
+    const client = new Client({ connection, namespace: temporal.namespace ?? 'default' });
+    return await Promise.all(
+      jobIds.map(async (id) => {
+        try {
+          const h = await client.workflow.getHandle(makeDeliveryWorkflowId(id)).fetchHistory();
+          return (h.events ?? []).filter((e) => e.workflowTaskTimedOutEventAttributes).length;
+        } catch {
+          return undefined;
+        }
+      }),
+    );
+  } finally {
+    await connection.close();
   }
 }
 
@@ -270,7 +315,12 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
       ),
     };
     const stages = databaseUrl ? await stageBreakdown(databaseUrl, runId) : undefined;
-    const tail = databaseUrl ? await runTail(databaseUrl, runId) : undefined;
+    const tail = databaseUrl
+      ? await runTail(databaseUrl, runId, {
+          address: o.temporalAddress,
+          ...(o.namespace ? { namespace: o.namespace } : {}),
+        })
+      : undefined;
     const slotWaits = await workerCounter(services, 'a2a_push_host_slot_waits_total').catch(() => NaN);
     const heldS = await workerCounter(services, 'a2a_push_host_slot_held_seconds_sum').catch(() => NaN);
     const helds = await workerCounter(services, 'a2a_push_host_slot_held_seconds_count').catch(() => NaN);

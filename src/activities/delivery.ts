@@ -1,7 +1,7 @@
 import { Context as ActivityContext } from '@temporalio/activity';
 import type { Logger } from 'pino';
 import { contextLogger } from '../request-context';
-import { inTx, type Db, type Tx } from '../db/pool';
+import { inTx, preparedStatement, type Db, type Tx } from '../db/pool';
 import { audit } from '../db/audit';
 import type { JobStatus } from '../db/outbox';
 import { isFinished } from '../db/outbox';
@@ -135,29 +135,45 @@ type SecretColumns = {
   [K in keyof SecretRow as `secret_${K}`]: SecretRow[K] | null;
 };
 
+/**
+ * One round trip: the job, its config, the event's body, this attempt's row, the sealed credential,
+ * and for a queued ordered job the rows of its config's line that can hold it back.
+ */
+const readContext = preparedStatement<[string, number, number, number]>(
+  'delivery.context',
+  `SELECT j.seq, j.push_seq, j.ordered, j.wake_early, j.held_by, j.status, j.reason, j.attempt_count, j.next_attempt_at, j.deadline, j.tenant_id, j.task_id,
+          j.config_row_id, j.config_id, c.url, c.credential_id, c.status AS config_status,
+          c.status_reason AS config_reason, c.deleted_at IS NOT NULL AS config_deleted, e.body,
+          a.outcome AS attempt_outcome, a.n IS NOT NULL AS attempt_started,
+          s.tenant_id AS secret_tenant_id, s.purpose AS secret_purpose, s.key_id AS secret_key_id,
+          s.iv AS secret_iv, s.ciphertext AS secret_ciphertext, s.tag AS secret_tag,
+          CASE WHEN j.ordered AND j.status = 'queued' THEN
+            (SELECT coalesce(json_agg(l), '[]') FROM outbox_line_ahead(j.config_row_id, j.seq, $3, $4) l)
+          END AS line
+     FROM delivery_jobs j
+     JOIN push_configs c ON c.row_id = j.config_row_id
+     JOIN task_events e ON e.id = j.event_id
+     LEFT JOIN delivery_attempts a ON a.job_id = j.id AND a.n = $2
+     LEFT JOIN sealed_secrets s ON s.id = c.credential_id
+    WHERE j.id = $1`,
+);
+
+/** A queued job held by the job ahead in its config's line (a2a_push_outbox_held counts it). */
+const markHeld = preparedStatement<[string, string]>(
+  'delivery.hold',
+  `UPDATE delivery_jobs SET held_by = $2 WHERE id = $1 AND status = 'queued' AND held_by IS DISTINCT FROM $2`,
+);
+const clearHeld = preparedStatement<[string]>(
+  'delivery.unhold',
+  `UPDATE delivery_jobs SET held_by = NULL WHERE id = $1 AND status = 'queued'`,
+);
+
 export const createDeliveryActivities = (deps: DeliveryDeps) => {
   const { db, logger } = deps;
 
   async function loadAttemptContext(jobId: string, n: number, nowMs: number): Promise<Context | undefined> {
-    // One round trip: the job, its config, the event's body, this attempt's row, the sealed credential,
-    // and for a queued ordered job the rows of its config's line that can hold it back.
     const r = await db.query<Omit<Context, 'secret'> & SecretColumns>(
-      `SELECT j.seq, j.push_seq, j.ordered, j.wake_early, j.held_by, j.status, j.reason, j.attempt_count, j.next_attempt_at, j.deadline, j.tenant_id, j.task_id,
-              j.config_row_id, j.config_id, c.url, c.credential_id, c.status AS config_status,
-              c.status_reason AS config_reason, c.deleted_at IS NOT NULL AS config_deleted, e.body,
-              a.outcome AS attempt_outcome, a.n IS NOT NULL AS attempt_started,
-              s.tenant_id AS secret_tenant_id, s.purpose AS secret_purpose, s.key_id AS secret_key_id,
-              s.iv AS secret_iv, s.ciphertext AS secret_ciphertext, s.tag AS secret_tag,
-              CASE WHEN j.ordered AND j.status = 'queued' THEN
-                (SELECT coalesce(json_agg(l), '[]') FROM outbox_line_ahead(j.config_row_id, j.seq, $3, $4) l)
-              END AS line
-         FROM delivery_jobs j
-         JOIN push_configs c ON c.row_id = j.config_row_id
-         JOIN task_events e ON e.id = j.event_id
-         LEFT JOIN delivery_attempts a ON a.job_id = j.id AND a.n = $2
-         LEFT JOIN sealed_secrets s ON s.id = c.credential_id
-        WHERE j.id = $1`,
-      [jobId, n, Math.round(nowMs), ON_WIRE_LIMIT_MS / 1000],
+      readContext([jobId, n, Math.round(nowMs), ON_WIRE_LIMIT_MS / 1000]),
     );
     const row = r.rows[0];
     if (!row) return undefined;
@@ -526,11 +542,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       const line = (ctx.line ?? []).map(lineJobOf);
       const ahead = heldBy(BigInt(ctx.seq), line);
       if (ahead) {
-        await db.query(
-          `UPDATE delivery_jobs SET held_by = $2
-            WHERE id = $1 AND status = 'queued' AND held_by IS DISTINCT FROM $2`,
-          [input.jobId, ahead.id],
-        );
+        await db.query(markHeld([input.jobId, ahead.id]));
         const recheck = recheckMs(ahead, line, input.now, {
           onWireMs: ORDER_RECHECK_ON_WIRE_MS,
           idleMs: ORDER_RECHECK_MS,
@@ -544,10 +556,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
         };
       }
       // Its line lets it go: no longer held (a2a_push_outbox_held), though it may still wait for a slot.
-      if (ctx.held_by !== null)
-        await db.query(`UPDATE delivery_jobs SET held_by = NULL WHERE id = $1 AND status = 'queued'`, [
-          input.jobId,
-        ]);
+      if (ctx.held_by !== null) await db.query(clearHeld([input.jobId]));
     }
 
     const verdict = checkUrlStatic(ctx.url, deps.policy);

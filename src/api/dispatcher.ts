@@ -1,7 +1,7 @@
 import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
 import { DEFAULT_DELIVERY_WORKFLOW } from '../config';
-import type { Db } from '../db/pool';
+import { preparedStatement, type Db } from '../db/pool';
 import { jobsToStart, markDispatched, type WrittenEvent } from '../db/outbox';
 import { hostAndTarget } from '../db/slots';
 import type { KnownTargets } from './known-targets';
@@ -270,13 +270,7 @@ export class Dispatcher {
     if (later.size === 0) return new Set();
     // The turn as an offset from the database's clock, which the claim run compares it with.
     void this.o.db
-      .query(
-        `UPDATE delivery_jobs j
-            SET start_after = now() + make_interval(secs => x.wait / 1000), dispatch_lease = NULL
-           FROM unnest($1::uuid[], $2::double precision[]) AS x (id, wait)
-          WHERE j.id = x.id AND j.dispatched_at IS NULL`,
-        [[...later.keys()], [...later.values()].map((t) => t - now)],
-      )
+      .query(setTurns([[...later.keys()], [...later.values()].map((t) => t - now)]))
       .then(
         async () => {
           for (const t of later.values()) this.turns.push(t);
@@ -444,10 +438,7 @@ export class Dispatcher {
   private async aheadEnded(held: Array<{ id: string; behind: string }>): Promise<Set<string>> {
     if (held.length === 0) return new Set();
     const r = await this.o.db.query<{ id: string }>(
-      `SELECT x.id FROM unnest($1::uuid[], $2::uuid[]) AS x (id, behind)
-         JOIN delivery_jobs b ON b.id = x.behind
-        WHERE b.status NOT IN ('queued', 'in_flight', 'waiting_retry')`,
-      [held.map((j) => j.id), held.map((j) => j.behind)],
+      readAheadEnded([held.map((j) => j.id), held.map((j) => j.behind)]),
     );
     return new Set(r.rows.map((x) => x.id));
   }
@@ -655,3 +646,20 @@ export async function heldCount(db: Db): Promise<number> {
   );
   return Number(r.rows[0]!.n);
 }
+
+/** A held-back job's turn, as an offset from the database's clock (the claim run compares it with that). */
+const setTurns = preparedStatement<[string[], number[]]>(
+  'dispatch.turns',
+  `UPDATE delivery_jobs j
+      SET start_after = now() + make_interval(secs => x.wait / 1000), dispatch_lease = NULL
+     FROM unnest($1::uuid[], $2::double precision[]) AS x (id, wait)
+    WHERE j.id = x.id AND j.dispatched_at IS NULL`,
+);
+
+/** Of (held job, job ahead) pairs, the held jobs whose job ahead has ended. */
+const readAheadEnded = preparedStatement<[string[], string[]]>(
+  'dispatch.ahead_ended',
+  `SELECT x.id FROM unnest($1::uuid[], $2::uuid[]) AS x (id, behind)
+     JOIN delivery_jobs b ON b.id = x.behind
+    WHERE b.status NOT IN ('queued', 'in_flight', 'waiting_retry')`,
+);

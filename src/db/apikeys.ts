@@ -1,6 +1,6 @@
 import crypto from 'node:crypto';
 import type { Db } from './pool';
-import { inTx } from './pool';
+import { inTx, preparedStatement } from './pool';
 import { audit } from './audit';
 
 export const hashApiKey = (key: string) => crypto.createHash('sha256').update(key, 'utf8').digest();
@@ -60,12 +60,14 @@ export async function revokeApiKey(db: Db, id: string, actor = 'system'): Promis
   });
 }
 
+const readApiKey = preparedStatement<[Buffer]>(
+  'apikeys.find',
+  'SELECT id, tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL',
+);
+
 export async function findApiKey(db: Db, key: string): Promise<{ id: string; tenantId: string } | undefined> {
   // The key is 256 random bits: looking it up by its hash leaks nothing a timing attack could use.
-  const r = await db.query<{ id: string; tenant_id: string }>(
-    'SELECT id, tenant_id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL',
-    [hashApiKey(key)],
-  );
+  const r = await db.query<{ id: string; tenant_id: string }>(readApiKey([hashApiKey(key)]));
   const row = r.rows[0];
   return row ? { id: row.id, tenantId: row.tenant_id } : undefined;
 }

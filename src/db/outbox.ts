@@ -1,4 +1,4 @@
-import type { Db, Tx } from './pool';
+import { preparedStatement, type Db, type Tx } from './pool';
 import { audit } from './audit';
 import { MASK } from '../sealing/keyring';
 import { hostOf, makeDeliveryWorkflowId } from '../ids';
@@ -91,11 +91,13 @@ export async function unfinishedJobsOf(db: Db | Tx, configRowId: string, except?
  */
 export async function markDispatched(db: Db | Tx, ids: string[]): Promise<void> {
   if (ids.length === 0) return;
-  await db.query(
-    'UPDATE delivery_jobs SET dispatched_at = now(), dispatch_lease = NULL WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL',
-    [ids],
-  );
+  await db.query(markDispatchedStatement([ids]));
 }
+
+const markDispatchedStatement = preparedStatement<[string[]]>(
+  'outbox.dispatched',
+  'UPDATE delivery_jobs SET dispatched_at = now(), dispatch_lease = NULL WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL',
+);
 
 /** What a workflow start of these jobs needs (ids and the target's host: nothing secret). */
 export async function jobsToStart(db: Db | Tx, ids: string[]): Promise<JobToStart[]> {
@@ -361,13 +363,17 @@ export const lineJobOf = (x: LineRow): LineJob => ({
 /** An attempt row without an outcome older than this is not on the wire any more (see lineAhead). */
 export const ON_WIRE_LIMIT_MS = 3 * 60_000;
 
+const readLineAfter = preparedStatement<[string, string]>(
+  'outbox.line_after',
+  `SELECT id, seq, status FROM delivery_jobs
+    WHERE config_row_id = $1 AND seq > $2 AND ordered AND status IN ('queued', 'in_flight', 'waiting_retry')
+    ORDER BY seq LIMIT 1`,
+);
+
 /** The first later ordered job of the config's line that has not finished: the one to wake when a job ends. */
 export async function lineAfter(db: Db | Tx, configRowId: string, seq: string | bigint): Promise<LineJob[]> {
   const r = await db.query<{ id: string; seq: string; status: JobStatus }>(
-    `SELECT id, seq, status FROM delivery_jobs
-      WHERE config_row_id = $1 AND seq > $2 AND ordered AND status IN ('queued', 'in_flight', 'waiting_retry')
-      ORDER BY seq LIMIT 1`,
-    [configRowId, String(seq)],
+    readLineAfter([configRowId, String(seq)]),
   );
   return r.rows.map((x) => ({ id: x.id, seq: BigInt(x.seq), status: x.status, openAttempt: false }));
 }

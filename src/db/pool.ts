@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { Pool, PoolClient, types } from 'pg';
+import { Pool, PoolClient, types, type QueryConfig, type QueryConfigValues } from 'pg';
 
 // bigint columns (bigserial ids, cursors) come back as strings: cursors are decimal strings anyway.
 types.setTypeParser(types.builtins.INT8, (v) => v);
@@ -16,6 +16,26 @@ export function createPool(connectionString: string, max = 20): Db {
   pool.on('error', () => undefined);
   pool.on('connect', (client) => client.on('error', () => undefined));
   return pool;
+}
+
+const preparedTexts = new Map<string, string>();
+
+/**
+ * A statement each connection parses and plans once (a named prepared statement; after five runs
+ * Postgres keeps one generic plan when it costs no more than the custom ones) instead of on every
+ * call, as an unnamed statement is. For the statements every delivery runs: planning the attempt's
+ * context read took 1.1 ms, running it 0.1 ms (pg_stat_statements, benchmark 1). Only for a fixed
+ * text, and one whose result columns are named (no `*`): a prepared statement whose result type a
+ * migration changed fails on that connection.
+ */
+export function preparedStatement<V extends unknown[]>(
+  name: string,
+  text: string,
+): (values: V) => QueryConfig<V> {
+  const known = preparedTexts.get(name);
+  if (known !== undefined && known !== text) throw new Error(`prepared statement ${name} has two texts`);
+  preparedTexts.set(name, text);
+  return (values) => ({ name, text, values: values as QueryConfigValues<V> });
 }
 
 /** Runs fn in one transaction; rolls back on any throw. */

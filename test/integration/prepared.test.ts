@@ -51,3 +51,10 @@ it('a migration that leaves its columns alone (a new column, an index) does not 
   await tdb.db.query('ALTER TABLE api_keys DROP COLUMN note');
   expect(await findApiKey(one, key)).toMatchObject({ tenantId });
 });
+
+it('the event write plans its statements once per connection: its function keeps force_generic_plan (migration 019)', async () => {
+  const r = await tdb.db.query<{ proconfig: string[] | null }>(
+    "SELECT proconfig FROM pg_proc WHERE proname = 'outbox_write_event'",
+  );
+  expect(r.rows).toEqual([{ proconfig: ['plan_cache_mode=force_generic_plan'] }]);
+});

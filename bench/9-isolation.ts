@@ -2,6 +2,7 @@ import { Client, Connection } from '@temporalio/client';
 import { Client as PgClient } from 'pg';
 import { createApiKey } from '../src/db/apikeys';
 import { createPool } from '../src/db/pool';
+import { makeDeliveryWorkflowId } from '../src/ids';
 import { ApiClient, eventPlan } from './lib/api';
 import type { BenchContext, BenchTemporal, Benchmark } from './lib/context';
 import { figure, type ChartRow, type Figure } from './lib/report';
@@ -277,7 +278,8 @@ async function temporalStagesOf(
   try {
     const client = new Client({ connection });
     for (const { job } of r.rows) {
-      const events = (await client.workflow.getHandle(`delivery-${job}`).fetchHistory()).events ?? [];
+      const events =
+        (await client.workflow.getHandle(makeDeliveryWorkflowId(job)).fetchHistory()).events ?? [];
       const at = (e: (typeof events)[number] | undefined) =>
         e?.eventTime ? Number(e.eventTime.seconds) * 1000 + Math.round((e.eventTime.nanos ?? 0) / 1e6) : NaN;
       const all = (k: keyof (typeof events)[number]) => events.filter((e) => e[k]);

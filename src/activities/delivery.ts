@@ -555,8 +555,6 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
           waitingFor: ahead.id,
         };
       }
-      // Its line lets it go: no longer held (a2a_push_outbox_held), though it may still wait for a slot.
-      if (ctx.held_by !== null) await db.query(clearHeld([input.jobId]));
     }
 
     const verdict = checkUrlStatic(ctx.url, deps.policy);
@@ -596,6 +594,9 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     );
     const b = begun.rows[0]!;
     wakeLater(b.o_granted);
+    // Its line let it go: no longer held (a2a_push_outbox_held). The attempt's start cleared the mark; a
+    // job that did not start (it waits for a slot, or moves to the slow lane) is cleared here.
+    if (ctx.held_by !== null && !b.o_started) await db.query(clearHeld([input.jobId]));
     // A target without a recent 2xx (new, or gone quiet): no slot, no attempt here; the attempt goes to
     // the slow lane, so first contacts with dead hosts never take the slots healthy targets need (and
     // the lean type's local attempt never holds a workflow task for one). A 2xx there makes it known.

@@ -52,6 +52,21 @@ it('a migration that leaves its columns alone (a new column, an index) does not 
   expect(await findApiKey(one, key)).toMatchObject({ tenantId });
 });
 
+it('a migration that changes a prepared result column fails one call per connection: the pool drops that connection, the next prepares anew', async () => {
+  await tdb.db.query('CREATE TABLE prepared_probe (id integer PRIMARY KEY, v integer)');
+  await tdb.db.query('INSERT INTO prepared_probe VALUES (1, 7)');
+  const probe = preparedStatement<[number]>('test.probe', 'SELECT v FROM prepared_probe WHERE id = $1');
+  expect((await one.query(probe([1]))).rows).toEqual([{ v: 7 }]);
+  await tdb.db.query('ALTER TABLE prepared_probe ALTER COLUMN v TYPE bigint');
+  await expect(one.query(probe([1]))).rejects.toMatchObject({
+    code: '0A000',
+    message: 'cached plan must not change result type',
+  });
+  // bigint comes back as a string (src/db/pool.ts).
+  expect((await one.query(probe([1]))).rows).toEqual([{ v: '7' }]);
+  expect(await preparedOn(one, 'test.probe')).toBeDefined();
+});
+
 it('the event write plans its statements once per connection: its function keeps force_generic_plan (migration 019)', async () => {
   const r = await tdb.db.query<{ proconfig: string[] | null }>(
     "SELECT proconfig FROM pg_proc WHERE proname = 'outbox_write_event'",

@@ -199,9 +199,11 @@ export function checkUrlStatic(raw: string, policy: AddressPolicy): StaticVerdic
   } catch {
     return refuse('url_invalid', 'not a valid absolute URL');
   }
-  if (url.hostname === '') return refuse('url_invalid', 'URL has no host');
+  // What WHATWG parses is judged by its scheme first: `javascript:x` and `file:///x` parse (with no
+  // host) and are `scheme`; an https: URL always has a host once parsed (checked again below).
   if (url.protocol !== 'https:')
     return refuse('scheme', `scheme ${url.protocol} is not allowed, only https:`);
+  if (url.hostname === '') return refuse('url_invalid', 'URL has no host');
   if (url.username !== '' || url.password !== '') {
     return refuse('userinfo', 'credentials in the URL (user:password@) are not allowed');
   }

@@ -49,12 +49,14 @@ export const REFUSED: RefusedCase[] = [
   url('https://1.2.3.4.5/', 'url_invalid', 'five-part IPv4'),
   url('https://[fe80::1%25eth0]/', 'url_invalid', 'WHATWG rejects IPv6 zone ids in URLs'),
   url('https://xn--localhost/', 'url_invalid', 'invalid punycode'),
-  url('javascript:alert(1)', 'url_invalid', 'no host (javascript:)'),
   url('https://./', 'url_invalid', 'host is only a dot'),
   // scheme
   url('http://example.com/hook', 'scheme', 'http'),
   url('ftp://example.com/', 'scheme', 'ftp'),
   url('wss://example.com/', 'scheme', 'wss'),
+  url('javascript:alert(1)', 'scheme', 'WHATWG parses it (no host): judged by its scheme'),
+  url('file:///etc/passwd', 'scheme', 'WHATWG parses it (empty host): judged by its scheme'),
+  url('data:application/json,{}', 'scheme', 'data:'),
   url('http://127.0.0.1/', 'scheme', 'scheme is never lifted by the allow list', { allow: '127.0.0.0/8' }),
   // userinfo
   url('https://user:pass@example.com/', 'userinfo', 'user and password'),

@@ -257,9 +257,10 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
   };
 
   app.post('/a2a/push/:registrationId', authenticate, rawBody, (req, res, next) => {
-    const body = req.body as Buffer;
+    // No body at all (neither Content-Length nor Transfer-Encoding): the parser leaves none; as empty.
+    const body: Buffer = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
     const contentType = req.headers['content-type'];
-    if (!Buffer.isBuffer(body) || body.length === 0 || !isJsonMediaType(contentType))
+    if (!isJsonMediaType(contentType))
       return answer(
         res,
         new Problem(
@@ -270,6 +271,15 @@ export function createInboxApp(deps: InboxDeps, registry: Registry, ready: Probe
       );
     const charset = charsetRefusal(contentType);
     if (charset) return answer(res, new Problem('unsupported_media_type', charset), 'media_type');
+    // A JSON media type with no body: the validator's 400 (contract §6), not the media type's 415.
+    if (body.length === 0)
+      return answer(
+        res,
+        new Problem('validation', 'the body is empty: a StreamResponse is required', {
+          errors: [{ path: '', message: 'the body is empty' }],
+        }),
+        'invalid',
+      );
     // Bytes that are not UTF-8 are refused, never stored as U+FFFD (the body is kept byte for byte).
     const text = utf8Text(body);
     if (text === undefined) return answer(res, notUtf8Problem(), 'invalid');

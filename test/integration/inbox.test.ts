@@ -196,6 +196,16 @@ describe('inbox checks after authentication', () => {
     expect(text.status).toBe(415);
     const notJson = await callback(a.url, { headers: auth, body: '{"task":' });
     expect(notJson.status).toBe(400);
+    // An empty body as JSON is not a StreamResponse: 400 naming the whole body, not the media type's 415.
+    const empty = await callback(a.url, { headers: auth, body: '' });
+    expect(empty.status).toBe(400);
+    expect(await empty.json()).toMatchObject({
+      type: 'urn:a2a-push:problem:validation',
+      errors: [{ path: '', message: 'the body is empty' }],
+    });
+    // No body and no media type at all: the media type's 415 comes first.
+    const bare = await undiciFetch(a.url, { method: 'POST', dispatcher: tlsAgent, headers: auth });
+    expect(bare.status).toBe(415);
     for (const body of ['{}', '{"task":{},"message":{}}', '{"result":{}}', '[]', '{"task":"x"}']) {
       const r = await callback(a.url, { headers: auth, body });
       expect(r.status).toBe(400);

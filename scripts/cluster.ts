@@ -18,6 +18,7 @@ import { bootstrapApiKey } from '../src/db/apikeys';
 import { createPool, migrate } from '../src/db/pool';
 import { embeddedSealKeys } from '../src/embedded/data';
 import { isPortOpen } from '../src/embedded/postgres';
+import { Keyring } from '../src/sealing/keyring';
 import { ensureClusterBinaries, startCluster, type Cluster } from './cluster/cluster';
 import { clusterPostgres, type ClusterPg } from './cluster/postgres';
 import { startServiceProcesses, type ServiceProcesses } from './cluster/services';
@@ -103,6 +104,7 @@ async function main() {
     TEMPORAL_ADDRESS: cluster.address,
     TEMPORAL_NAMESPACE: cluster.namespace,
     SEAL_KEYS: sealKeys,
+    SEAL_ACTIVE_KEY: process.env.SEAL_ACTIVE_KEY || Keyring.parse(sealKeys).activeKeyId,
   };
   services = await startServiceProcesses({
     env,

@@ -85,6 +85,7 @@ async function main(): Promise<number> {
       DATABASE_URL: pg.url('a2a_push'),
       TEMPORAL_ADDRESS: temporal.address,
       SEAL_KEYS: Keyring.generateEntry('k1'),
+      SEAL_ACTIVE_KEY: 'k1',
       PUBLIC_BASE_URL: 'http://127.0.0.1:3001',
       API_PORT: '3000',
       INBOX_PORT: '3001',

@@ -13,6 +13,7 @@ import {
 import { EmbeddedPostgresError, startEmbeddedPostgres, type EmbeddedPg } from './embedded/postgres';
 import { startDevServer, type DevServer } from './embedded/temporal';
 import { createRuntime } from './runtime';
+import { Keyring } from './sealing/keyring';
 import { startApi, startInbox, startWorker, stopOnSignals, type Service } from './services';
 import { startTracing } from './tracing';
 
@@ -56,6 +57,8 @@ async function main() {
     });
   }
   if (!env.SEAL_KEYS) env.SEAL_KEYS = embeddedSealKeys();
+  // npm start alone defaults the active key: the last of SEAL_KEYS (the key file's only one).
+  if (!env.SEAL_ACTIVE_KEY) env.SEAL_ACTIVE_KEY = Keyring.parse(env.SEAL_KEYS).activeKeyId;
   const settings = loadSettings(env);
   // Before any Temporal client or worker exists: they take their tracing interceptors at creation.
   startTracing('a2a-push');

@@ -16,12 +16,14 @@ export interface Runtime {
 }
 
 export function createRuntime(settings: Settings, name: string): Runtime {
-  const s = requireSettings(settings, ['DATABASE_URL', 'SEAL_KEYS']);
+  // SEAL_ACTIVE_KEY is named, never taken to be the last key: adding a key to SEAL_KEYS everywhere
+  // first, then naming it active, is what lets processes of two versions read each other's seals.
+  const s = requireSettings(settings, ['DATABASE_URL', 'SEAL_KEYS', 'SEAL_ACTIVE_KEY']);
   return {
     settings,
     logger: createLogger(settings.LOG_LEVEL, name),
     db: createPool(s.DATABASE_URL),
-    keyring: Keyring.parse(s.SEAL_KEYS, settings.SEAL_ACTIVE_KEY),
+    keyring: Keyring.parse(s.SEAL_KEYS, s.SEAL_ACTIVE_KEY),
     policy: compilePolicy(settings.OUTBOUND_ALLOW_CIDRS, settings.OUTBOUND_DENY_CIDRS),
   };
 }

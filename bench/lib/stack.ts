@@ -208,6 +208,7 @@ export async function startServices(o: {
     TEMPORAL_NAMESPACE: o.namespace ?? 'default',
     TASK_QUEUE: `bench-${process.pid}-${Date.now()}`,
     SEAL_KEYS: Keyring.generateEntry('bench'),
+    SEAL_ACTIVE_KEY: 'bench',
     BOOTSTRAP_API_KEY: BENCH_API_KEY,
     PUBLIC_BASE_URL: `http://127.0.0.1:${inboxPort}`,
     OUTBOUND_ALLOW_CIDRS: '127.0.0.1/32',

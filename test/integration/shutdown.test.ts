@@ -197,6 +197,7 @@ beforeAll(async () => {
     TEMPORAL_NAMESPACE: process.env.TEST_TEMPORAL_NAMESPACE ?? 'default',
     TASK_QUEUE: `shutdown-${crypto.randomBytes(4).toString('hex')}`,
     SEAL_KEYS: `k1:${crypto.randomBytes(32).toString('base64')}`,
+    SEAL_ACTIVE_KEY: 'k1',
     PUBLIC_BASE_URL: `http://127.0.0.1:${ports.inbox}`,
     API_PORT: String(ports.api),
     INBOX_PORT: String(ports.inbox),

@@ -38,6 +38,7 @@ async function probe(extra: Record<string, string>): Promise<Probe> {
     TEMPORAL_NAMESPACE: process.env.TEST_TEMPORAL_NAMESPACE ?? 'default',
     TASK_QUEUE: `lazy-${crypto.randomBytes(4).toString('hex')}`,
     SEAL_KEYS: `k1:${crypto.randomBytes(32).toString('base64')}`,
+    SEAL_ACTIVE_KEY: 'k1',
     PUBLIC_BASE_URL: 'http://127.0.0.1:1',
     API_PORT: '0',
     INBOX_PORT: '0',

@@ -41,6 +41,7 @@ const services = compose.services;
 /** Sample values for the variables the file requires with `${VAR:?...}`. */
 const SAMPLES: Record<string, string> = {
   SEAL_KEYS: `k1:${Buffer.alloc(32, 7).toString('base64')}`,
+  SEAL_ACTIVE_KEY: 'k1',
   PUBLIC_BASE_URL: 'https://push.example.com',
   A2A_PUSH_DB_PASSWORD: 'sample-password',
   TEMPORAL_DB_PASSWORD: 'sample-password',
@@ -105,9 +106,9 @@ const PORT_SETTING: Record<Process, 'API_PORT' | 'INBOX_PORT' | 'WORKER_PORT'> =
 };
 /** What each per-process start requires beyond the schema (src/runtime.ts, services.ts, worker.ts). */
 const REQUIRED: Record<Process, Array<keyof Settings>> = {
-  api: ['DATABASE_URL', 'TEMPORAL_ADDRESS', 'SEAL_KEYS', 'PUBLIC_BASE_URL'],
-  inbox: ['DATABASE_URL', 'TEMPORAL_ADDRESS', 'SEAL_KEYS'],
-  worker: ['DATABASE_URL', 'TEMPORAL_ADDRESS', 'SEAL_KEYS', 'PUBLIC_BASE_URL'],
+  api: ['DATABASE_URL', 'TEMPORAL_ADDRESS', 'SEAL_KEYS', 'SEAL_ACTIVE_KEY', 'PUBLIC_BASE_URL'],
+  inbox: ['DATABASE_URL', 'TEMPORAL_ADDRESS', 'SEAL_KEYS', 'SEAL_ACTIVE_KEY'],
+  worker: ['DATABASE_URL', 'TEMPORAL_ADDRESS', 'SEAL_KEYS', 'SEAL_ACTIVE_KEY', 'PUBLIC_BASE_URL'],
 };
 
 const processEnv = (name: Process, vars: Record<string, string | undefined> = SAMPLES) =>
@@ -186,6 +187,7 @@ describe('docker-compose.yml', () => {
     // The api service runs a worker too.
     if (p === 'api') expect(() => requireSettings(settings, REQUIRED.worker)).not.toThrow();
     expect(settings.SEAL_KEYS).toBe(SAMPLES.SEAL_KEYS);
+    expect(settings.SEAL_ACTIVE_KEY).toBe(SAMPLES.SEAL_ACTIVE_KEY);
     expect(settings.PUBLIC_BASE_URL).toBe(SAMPLES.PUBLIC_BASE_URL);
     // Wired to the services of this file.
     const db = new URL(settings.DATABASE_URL!);
@@ -196,7 +198,7 @@ describe('docker-compose.yml', () => {
   });
 
   it.each(PROCESSES)('%s: a required variable left unset stops `docker compose up`', (p) => {
-    for (const name of ['SEAL_KEYS', 'PUBLIC_BASE_URL']) {
+    for (const name of ['SEAL_KEYS', 'SEAL_ACTIVE_KEY', 'PUBLIC_BASE_URL']) {
       const vars: Record<string, string | undefined> = { ...SAMPLES, [name]: undefined };
       expect(() => processEnv(p, vars)).toThrow(new RegExp(`required variable ${name}`));
     }

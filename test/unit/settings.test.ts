@@ -6,6 +6,8 @@ import {
   workflowTaskSlots,
 } from '../../src/config';
 import { hostAndTarget, targetOf } from '../../src/db/slots';
+import { createRuntime } from '../../src/runtime';
+import { Keyring } from '../../src/sealing/keyring';
 import { OTEL_SETTING_NAMES, tracingRequested } from '../../src/tracing';
 
 describe('settings', () => {
@@ -51,6 +53,24 @@ describe('settings', () => {
     expect(loadSettings({}).WORKER_ACTIVITY_SLOTS).toBe(200);
     expect(() => loadSettings({ WORKER_WORKFLOW_TASK_SLOTS: '1' })).toThrow(/WORKER_WORKFLOW_TASK_SLOTS/);
     expect(() => loadSettings({ WORKER_WORKFLOW_TASK_SLOTS: '501' })).toThrow(/WORKER_WORKFLOW_TASK_SLOTS/);
+  });
+
+  it('outside npm start, SEAL_ACTIVE_KEY is required: never taken to be the last key of SEAL_KEYS', async () => {
+    const keys = `${Keyring.generateEntry('k1')},${Keyring.generateEntry('k2')}`;
+    const base = { DATABASE_URL: 'postgres://u@127.0.0.1:9/x', SEAL_KEYS: keys, LOG_LEVEL: 'silent' };
+    expect(() => createRuntime(loadSettings(base), 'test')).toThrow(
+      'missing settings: SEAL_ACTIVE_KEY (required outside npm start)',
+    );
+    // Named, it seals with that key, even when a later one is listed.
+    const rt = createRuntime(loadSettings({ ...base, SEAL_ACTIVE_KEY: 'k1' }), 'test');
+    try {
+      expect(rt.keyring.activeKeyId).toBe('k1');
+    } finally {
+      await rt.db.end();
+    }
+    expect(() => createRuntime(loadSettings({ ...base, SEAL_ACTIVE_KEY: 'k3' }), 'test')).toThrow(
+      'SEAL_ACTIVE_KEY "k3" is not in SEAL_KEYS',
+    );
   });
 
   it('parses every duration unit', () => {

@@ -50,6 +50,7 @@ export function serviceEnv(o: {
     TEMPORAL_ADDRESS: o.temporalAddress,
     TASK_QUEUE: `faults-${crypto.randomBytes(4).toString('hex')}`,
     SEAL_KEYS: `k1:${crypto.randomBytes(32).toString('base64')}`,
+    SEAL_ACTIVE_KEY: 'k1',
     BOOTSTRAP_API_KEY: `a2ap_fault_${crypto.randomBytes(16).toString('hex')}`,
     PUBLIC_BASE_URL: 'http://127.0.0.1:9',
     LOG_LEVEL: 'warn',

@@ -102,6 +102,9 @@ export const ORDER_RECHECK_ON_WIRE_MS = 30_000;
 /** Pushes read at most this much of the answer: its body is ignored. */
 export const PUSH_RESPONSE_CAP = 64 * 1024;
 
+/** How far config health's clock (`health_since`) may lag a 2xx: it is moved at most once a minute (migration 014). */
+export const HEALTH_CLOCK_STEP_MS = 60_000;
+
 interface Context {
   seq: string;
   push_seq: string | null;
@@ -396,6 +399,9 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
    * Config health (contract §10): a job of the config ended without a 2xx; when the config's last 2xx,
    * or its first attempt if it never had one, is CONFIG_FAILING_AFTER or more before `now` (workflow
    * time), the config stops as `failing` and its unfinished jobs are woken to end as a stopped config's do.
+   * The clock (`health_since`) moves at most once a minute (migration 014), so it can be up to that
+   * much older than the last 2xx: the config stops only once even that minute is past, never early
+   * (at most a minute late).
    */
   async function checkConfigHealth(ctx: Context, jobId: string, now: number): Promise<void> {
     const stopped = await inTx(db, async (tx) => {
@@ -403,9 +409,9 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       const r = await tx.query(
         `UPDATE push_configs SET status = 'stopped', status_reason = 'failing', status_changed_at = now()
           WHERE row_id = $1 AND status = 'active' AND deleted_at IS NULL
-            AND health_since <= to_timestamp(($2::bigint - $3::bigint) / 1000.0)
+            AND health_since <= to_timestamp(($2::bigint - $3::bigint - $4::bigint) / 1000.0)
           RETURNING row_id`,
-        [ctx.config_row_id, now, deps.failingAfterMs],
+        [ctx.config_row_id, now, deps.failingAfterMs, HEALTH_CLOCK_STEP_MS],
       );
       if (!r.rowCount) return false;
       await auditConfigStopped(tx, ctx, 'stopped (failing)');

@@ -93,3 +93,27 @@ it.each([
   });
   expect(await config(taskId)).toEqual(expected);
 });
+
+it('never stops a config early: a 2xx less than CONFIG_FAILING_AFTER before the failure counts, though the health clock moves at most once a minute', async () => {
+  const a = acts();
+  const taskId = 'health-clock-step';
+  await tdb.db.query(`INSERT INTO push_configs (tenant_id, task_id, id, url) VALUES ('t', $1, 'c', $2)`, [
+    taskId,
+    receiver.url,
+  ]);
+  const t0 = Date.now();
+  const answers = [200, 200, 500, 500];
+  let i = 0;
+  receiver.setScript(() => ({ status: answers[i++]! }));
+  const attempt = async (now: number) =>
+    a.attemptDelivery({ jobId: await job(taskId), attempt: 1, now, jitter: 0.5 });
+  expect(await attempt(t0)).toMatchObject({ status: 'delivered' });
+  // The last 2xx, 30 s after the one that set the clock: the clock stays at t0 (moved once a minute).
+  expect(await attempt(t0 + 30_000)).toMatchObject({ status: 'delivered' });
+  // 5 days minus 20 s after that last 2xx: not yet failing, whatever the clock says.
+  expect(await attempt(t0 + 5 * DAY + 10_000)).toMatchObject({ status: 'failed' });
+  expect(await config(taskId)).toEqual({ status: 'active', status_reason: null });
+  // 5 days and 31 s after it: failing.
+  expect(await attempt(t0 + 5 * DAY + 61_000)).toMatchObject({ status: 'failed' });
+  expect(await config(taskId)).toEqual({ status: 'stopped', status_reason: 'failing' });
+});

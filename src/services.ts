@@ -4,7 +4,7 @@ import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { NativeConnection } from '@temporalio/worker';
-import { Gauge } from 'prom-client';
+import { Gauge, type Metric } from 'prom-client';
 import { createApiApp, type Probe } from './api/app';
 import { Dispatcher, heldCount, queuedCount } from './api/dispatcher';
 import { KnownTargets } from './api/known-targets';
@@ -112,34 +112,7 @@ export async function startApi(
     workflow: s.DELIVERY_WORKFLOW,
     plan: attemptPlanOf(s),
   });
-  const queued = new Gauge({
-    name: 'a2a_push_outbox_queued',
-    help: 'Delivery jobs committed whose workflow has not started yet',
-    registers: [],
-    async collect() {
-      this.set(await queuedCount(rt.db).catch(() => -1));
-    },
-  });
-  const held = new Gauge({
-    name: 'a2a_push_outbox_held',
-    help: 'Delivery jobs held back on purpose: queued behind an earlier job of their config (DELIVERY_ORDER=per_config), or not started until their turn (SLOW_LANE_START_RATE, HELD_START_RATE)',
-    registers: [],
-    async collect() {
-      this.set(await heldCount(rt.db).catch(() => -1));
-    },
-  });
-  const unprocessed = new Gauge({
-    name: 'a2a_push_inbox_unprocessed',
-    help: 'Inbox callbacks stored and not yet reconciled',
-    registers: [],
-    async collect() {
-      const r = await rt.db
-        .query<{ n: string }>('SELECT count(*) AS n FROM inbox_callbacks WHERE processed_at IS NULL')
-        .catch(() => ({ rows: [{ n: '-1' }] }));
-      this.set(Number(r.rows[0]!.n));
-    },
-  });
-  const registry = createRegistry('api', [queued, held, unprocessed]);
+  const registry = createRegistry('api', apiGauges(rt.db));
   const feed = new FeedNotifier(requireSettings(rt.settings, ['DATABASE_URL']).DATABASE_URL, rt.logger);
   await feed.start();
   const app = createApiApp(
@@ -245,4 +218,36 @@ export function stopOnSignals(services: () => Service[], after: () => Promise<vo
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
+}
+
+/** The api's gauges, read from Postgres at each scrape (contract §7): -1 when the read fails. */
+export function apiGauges(db: Db): Metric[] {
+  const queued = new Gauge({
+    name: 'a2a_push_outbox_queued',
+    help: 'Delivery jobs committed whose workflow has not started yet',
+    registers: [],
+    async collect() {
+      this.set(await queuedCount(db).catch(() => -1));
+    },
+  });
+  const held = new Gauge({
+    name: 'a2a_push_outbox_held',
+    help: 'Delivery jobs held back on purpose: queued behind an earlier job of their config (DELIVERY_ORDER=per_config), or not started until their turn (SLOW_LANE_START_RATE, HELD_START_RATE)',
+    registers: [],
+    async collect() {
+      this.set(await heldCount(db).catch(() => -1));
+    },
+  });
+  const unprocessed = new Gauge({
+    name: 'a2a_push_inbox_unprocessed',
+    help: 'Inbox callbacks stored and not yet reconciled',
+    registers: [],
+    async collect() {
+      const r = await db
+        .query<{ n: string }>('SELECT count(*) AS n FROM inbox_callbacks WHERE processed_at IS NULL')
+        .catch(() => ({ rows: [{ n: '-1' }] }));
+      this.set(Number(r.rows[0]!.n));
+    },
+  });
+  return [queued, held, unprocessed];
 }

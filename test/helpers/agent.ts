@@ -121,6 +121,11 @@ export interface TestAgentOptions {
   pushNotifications?: boolean;
   /** when set, every request without `Authorization: Bearer <it>` is answered 401 */
   requireBearer?: string;
+  /**
+   * The push store refuses every save: CreateTaskPushNotificationConfig fails with the SDK's internal
+   * error (not PushNotificationNotSupported), though the card says push is supported.
+   */
+  refusePushConfigCreate?: boolean;
   tls?: TestTls;
   /** default: a free port */
   port?: number;
@@ -216,7 +221,7 @@ class MirroredPushStore extends InMemoryPushNotificationStore {
   readonly mirror = new Map<string, TaskPushNotificationConfig[]>();
   /** every URL a config was ever saved with */
   readonly everSeen = new Set<string>();
-  constructor() {
+  constructor(private readonly refuseSave = false) {
     super(() => OWNER);
   }
   override async save(
@@ -224,6 +229,7 @@ class MirroredPushStore extends InMemoryPushNotificationStore {
     ctx: ServerCallContext,
     cfg: TaskPushNotificationConfig,
   ): Promise<void> {
+    if (this.refuseSave) throw new Error('push store unavailable');
     this.everSeen.add(cfg.url);
     await super.save(taskId, ctx, cfg);
     this.mirror.set(taskId, await super.load(taskId, ctx));
@@ -394,7 +400,7 @@ export async function startTestAgent(o: TestAgentOptions = {}): Promise<TestAgen
   };
 
   const taskStore = new InMemoryTaskStore(() => OWNER);
-  const pushStore = new MirroredPushStore();
+  const pushStore = new MirroredPushStore(o.refusePushConfigCreate ?? false);
   const sender = new DefaultPushNotificationSender(pushStore);
   const waiters = new Map<string, Array<(s: AgentTaskState) => void>>();
   const executor = o.commanded ? commandedExecutor(waiters) : finishingExecutor;

@@ -22,7 +22,7 @@ import { TEMPORAL_TEST_SERVER } from '../../src/embedded/temporal';
 import { createRegistry } from '../../src/metrics';
 import { compilePolicy, createOutboundClient, type OutboundClient, type Resolver } from '../../src/outbound';
 import type { Runtime } from '../../src/runtime';
-import { serviceReadiness } from '../../src/services';
+import { apiGauges, serviceReadiness } from '../../src/services';
 import { Keyring } from '../../src/sealing/keyring';
 import { makeDeliveryWorkflowId } from '../../src/ids';
 import { DEFAULT_SLOT_SETTINGS, targetOf } from '../../src/db/slots';
@@ -211,7 +211,8 @@ export async function startStack(
   };
   // The production checks of /readyz, on this stack's database and Temporal connection.
   const ready = serviceReadiness(tdb.db, temporal.client.connection);
-  const app = createApiApp({ ...deps, feed }, createRegistry('api'), ready);
+  // The api's registry as a deployment's (src/services.ts: startApi), its gauges included.
+  const app = createApiApp({ ...deps, feed }, createRegistry('api', apiGauges(tdb.db)), ready);
   const inbox = createInboxApp({ ...rt, temporal: temporal.client }, createRegistry('inbox'), ready);
   inboxServer.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     const tap = o.inboxTap;

@@ -522,6 +522,11 @@ describe('ops endpoints need no key', () => {
     const m = await (await fetch(`${stack.apiUrl}/metrics`)).text();
     expect(m).toContain('a2a_push_event_writes_total');
     expect(m).toContain('a2a_push_guard_refusals_total');
+    // The gauges read from Postgres at the scrape (contract §7): a count, never the -1 of a failed read.
+    for (const gauge of ['a2a_push_outbox_queued', 'a2a_push_outbox_held', 'a2a_push_inbox_unprocessed']) {
+      const line = new RegExp(`^${gauge}\\{process="api"\\} (\\d+)$`, 'm').exec(m);
+      expect([gauge, line?.[1] !== undefined]).toEqual([gauge, true]);
+    }
     const doc = await json(fetch(`${stack.apiUrl}/v1/openapi.json`));
     expect(doc.openapi).toBe('3.1.0');
   });

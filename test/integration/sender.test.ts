@@ -14,6 +14,7 @@ import {
 } from '../helpers/harness';
 import { startReceiver, type Receiver } from '../helpers/receiver';
 import { makeDeliveryWorkflowId } from '../../src/ids';
+import { createRegistry } from '../../src/metrics';
 
 jest.setTimeout(60_000);
 
@@ -75,6 +76,36 @@ describe('sender end to end (dev server, HTTP API)', () => {
     expect(req.body.toString('utf8')).toBe(
       `{"statusUpdate": {"taskId":"task-e2e", "status":{"state":"TASK_STATE_COMPLETED"},"9":1, "final" : true}}`,
     );
+  });
+
+  it("the worker's metrics count each attempt by outcome and time it (contract §7)", async () => {
+    /** What a scrape of the worker's /metrics shows (the registry src/services.ts serves there). */
+    const scrape = async () => {
+      const text = await createRegistry('worker').metrics();
+      const num = (re: RegExp) => Number(re.exec(text)?.[1] ?? 0);
+      return {
+        delivered: num(/^a2a_push_deliveries_total\{outcome="delivered",process="worker"\} (\d+)$/m),
+        retried: num(/^a2a_push_deliveries_total\{outcome="retry",process="worker"\} (\d+)$/m),
+        timed: num(/^a2a_push_attempt_duration_seconds_count\{process="worker"\} (\d+)$/m),
+      };
+    };
+    const before = await scrape();
+    let n = 0;
+    receiver.setScript(() => ({ status: n++ === 0 ? 503 : 200 }));
+    await createConfig(stack, 'task-metrics', { id: 'c1', url: receiver.url });
+    const { deliveries } = await writeEvent(stack, 'task-metrics', {
+      statusUpdate: { taskId: 'task-metrics', status: { state: 'TASK_STATE_WORKING' } },
+    });
+    await eventually(
+      () => delivery(deliveries[0]!.id),
+      (d) => d.status === 'delivered',
+    );
+    const after = await scrape();
+    expect({
+      delivered: after.delivered - before.delivered,
+      retried: after.retried - before.retried,
+      timed: after.timed - before.timed,
+    }).toEqual({ delivered: 1, retried: 1, timed: 2 });
   });
 
   it('escaped lone surrogates and raw non-ASCII reach the receiver byte for byte (also with an Idempotency-Key)', async () => {

@@ -428,6 +428,22 @@ describe('registration workflow (time-skipping, real A2A agent on HTTPS)', () =>
     expect((await result(reg.id)).status).toBe('resolved');
   });
 
+  it('a push config create that fails otherwise is tracked by polling alone (pushEnabled false, remote_config_failed)', async () => {
+    await setup({ agent: { refusePushConfigCreate: true } });
+    agent!.setState('rt-8b', 'TASK_STATE_WORKING');
+    const reg = await register({ mode: 'separate', remoteTaskId: 'rt-8b', agent: { url: agent!.url } });
+    const g = await eventually(
+      () => getReg(reg.id),
+      (x) => x.pushEnabled === false,
+    );
+    expect(g).toMatchObject({ status: 'active', pushEnabled: false, reason: 'remote_config_failed' });
+    // The agent was asked, and kept nothing.
+    expect(agent!.calls.map((c) => c.kind)).toContain('createPushConfig');
+    expect(agent!.pushConfigs('rt-8b')).toEqual([]);
+    agent!.setState('rt-8b', 'TASK_STATE_COMPLETED');
+    expect((await result(reg.id)).status).toBe('resolved');
+  });
+
   it('after REGISTRATION_MAX_AGE without a terminal state it ends failed with expired', async () => {
     await setup({ env: { REGISTRATION_MAX_AGE: '1h' } });
     agent!.setState('rt-9', 'TASK_STATE_WORKING');

@@ -1,6 +1,7 @@
 import { Client, Connection } from '@temporalio/client';
 import path from 'node:path';
 import { Client as PgClient } from 'pg';
+import { makeDeliveryWorkflowId } from '../src/ids';
 import { ApiClient, eventPlan } from './lib/api';
 import type { Benchmark, BenchContext } from './lib/context';
 import {
@@ -16,7 +17,6 @@ import { sequenceCheck, startBenchReceiver, type BenchReceiver, type SequenceChe
 import { figure, latencyRows, type BenchResult, type ChartRow } from './lib/report';
 import { runDirectSender } from './lib/senders';
 import { cpuSeconds, latency, pool, postgresCpuSeconds, ratio, round, type Latency } from './lib/util';
-import { makeDeliveryWorkflowId } from '../src/ids';
 
 export interface DeliveryThroughputOptions {
   /** Temporal frontend host:port (the run's dev server, or an external cluster). */

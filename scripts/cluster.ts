@@ -93,7 +93,11 @@ async function main() {
     log,
   });
 
+  // As `npm start`: the key file under .data/ with its last key active, or SEAL_KEYS with SEAL_ACTIVE_KEY.
   const sealKeys = process.env.SEAL_KEYS || embeddedSealKeys();
+  const sealActive =
+    process.env.SEAL_ACTIVE_KEY || (process.env.SEAL_KEYS ? undefined : Keyring.parse(sealKeys).activeKeyId);
+  if (!sealActive) throw new Error('SEAL_ACTIVE_KEY is required when SEAL_KEYS is set');
   const db = createPool(pg.databaseUrl, 2);
   await migrate(db);
   const created = await bootstrapApiKey(db, settings.BOOTSTRAP_API_KEY);
@@ -104,7 +108,7 @@ async function main() {
     TEMPORAL_ADDRESS: cluster.address,
     TEMPORAL_NAMESPACE: cluster.namespace,
     SEAL_KEYS: sealKeys,
-    SEAL_ACTIVE_KEY: process.env.SEAL_ACTIVE_KEY || Keyring.parse(sealKeys).activeKeyId,
+    SEAL_ACTIVE_KEY: sealActive,
   };
   services = await startServiceProcesses({
     env,

@@ -34,6 +34,14 @@ async function main() {
   );
 
   const env = { ...process.env };
+  // The key file under .data/ (made on first start) comes with its active key, its last; SEAL_KEYS
+  // given by the operator need SEAL_ACTIVE_KEY, as everywhere else (contract §8). Checked first.
+  if (!env.SEAL_KEYS) {
+    env.SEAL_KEYS = embeddedSealKeys();
+    env.SEAL_ACTIVE_KEY ||= Keyring.parse(env.SEAL_KEYS).activeKeyId;
+  } else if (!env.SEAL_ACTIVE_KEY) {
+    throw new SettingsError('SEAL_ACTIVE_KEY is required when SEAL_KEYS is set');
+  }
   if (!env.DATABASE_URL) {
     pg = await startEmbeddedPostgres({
       dir: EMBEDDED_PG_DIR,
@@ -56,9 +64,6 @@ async function main() {
       if (child.exitCode === null) child.kill('SIGKILL');
     });
   }
-  if (!env.SEAL_KEYS) env.SEAL_KEYS = embeddedSealKeys();
-  // npm start alone defaults the active key: the last of SEAL_KEYS (the key file's only one).
-  if (!env.SEAL_ACTIVE_KEY) env.SEAL_ACTIVE_KEY = Keyring.parse(env.SEAL_KEYS).activeKeyId;
   const settings = loadSettings(env);
   // Before any Temporal client or worker exists: they take their tracing interceptors at creation.
   startTracing('a2a-push');

@@ -4,16 +4,16 @@ import { resealAll } from '../sealing/secrets';
 import { commandDb } from './db';
 
 /**
- * `npm run reseal`: moves every sealed value to SEAL_ACTIVE_KEY. With DATABASE_URL both SEAL_KEYS and
- * SEAL_ACTIVE_KEY are required, as for the service; on the embedded data the key file's last key.
+ * `npm run reseal`: moves every sealed value to SEAL_ACTIVE_KEY. The same keys as the service: SEAL_KEYS
+ * and SEAL_ACTIVE_KEY (required with DATABASE_URL), or on the embedded data the key file under .data/
+ * with its last key as the active one (as `npm start`).
  */
 async function main() {
-  const embedded = !process.env.DATABASE_URL;
-  const keys = process.env.SEAL_KEYS || (embedded ? embeddedSealKeys() : undefined);
-  if (!keys) throw new Error('SEAL_KEYS is required with DATABASE_URL');
+  const given = process.env.SEAL_KEYS || undefined;
+  if (!given && process.env.DATABASE_URL) throw new Error('SEAL_KEYS is required with DATABASE_URL');
   const active = process.env.SEAL_ACTIVE_KEY || undefined;
-  if (!active && !embedded) throw new Error('SEAL_ACTIVE_KEY is required with DATABASE_URL');
-  const keyring = Keyring.parse(keys, active);
+  if (given && !active) throw new Error('SEAL_ACTIVE_KEY is required when SEAL_KEYS is set');
+  const keyring = Keyring.parse(given ?? embeddedSealKeys(), active);
   const { db, close } = await commandDb();
   try {
     const n = await resealAll(db, keyring);

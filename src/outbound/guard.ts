@@ -200,18 +200,19 @@ export function checkUrlStatic(raw: string, policy: AddressPolicy): StaticVerdic
     return refuse('url_invalid', 'not a valid absolute URL');
   }
   // What WHATWG parses is judged by its scheme first: `javascript:x` and `file:///x` parse (with no
-  // host) and are `scheme`; an https: URL always has a host once parsed (checked again below).
+  // host) and are `scheme`.
   if (url.protocol !== 'https:')
     return refuse('scheme', `scheme ${url.protocol} is not allowed, only https:`);
-  if (url.hostname === '') return refuse('url_invalid', 'URL has no host');
-  if (url.username !== '' || url.password !== '') {
-    return refuse('userinfo', 'credentials in the URL (user:password@) are not allowed');
-  }
   let hostname = url.hostname;
   if (hostname.startsWith('[') && hostname.endsWith(']')) hostname = hostname.slice(1, -1);
   // WHATWG keeps trailing dots on names; DNS treats `localhost.` as `localhost`.
   hostname = hostname.replace(/\.+$/, '');
+  // An https: URL always has a host once parsed; one of dots alone (`https://./`) is none. Before
+  // userinfo, as the rules' order says: `https://u:p@./` is `url_invalid`.
   if (hostname === '') return refuse('url_invalid', 'URL has no host');
+  if (url.username !== '' || url.password !== '') {
+    return refuse('userinfo', 'credentials in the URL (user:password@) are not allowed');
+  }
   if (isForbiddenHost(hostname)) return refuse('forbidden_host', `host ${hostname} is not allowed`);
   // WHATWG has already turned every numeric IPv4 spelling into a dotted quad and kept IPv6 in brackets,
   // so isIP sees exactly the address a connection would use.

@@ -50,6 +50,7 @@ export const REFUSED: RefusedCase[] = [
   url('https://[fe80::1%25eth0]/', 'url_invalid', 'WHATWG rejects IPv6 zone ids in URLs'),
   url('https://xn--localhost/', 'url_invalid', 'invalid punycode'),
   url('https://./', 'url_invalid', 'host is only a dot'),
+  url('https://u:p@./', 'url_invalid', 'no host wins over userinfo (the order of the rules)'),
   // scheme
   url('http://example.com/hook', 'scheme', 'http'),
   url('ftp://example.com/', 'scheme', 'ftp'),

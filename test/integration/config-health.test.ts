@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { createDeliveryActivities } from '../../src/activities/delivery';
+import { createDeliveryActivities, HEALTH_CLOCK_STEP_MS } from '../../src/activities/delivery';
 import { createApiKey } from '../../src/db/apikeys';
 import { inTx } from '../../src/db/pool';
 import { writeEvent } from '../../src/db/outbox';
@@ -116,4 +116,12 @@ it('never stops a config early: a 2xx less than CONFIG_FAILING_AFTER before the 
   // 5 days and 31 s after it: failing.
   expect(await attempt(t0 + 5 * DAY + 61_000)).toMatchObject({ status: 'failed' });
   expect(await config(taskId)).toEqual({ status: 'stopped', status_reason: 'failing' });
+});
+
+it('the minute the stop allows for is the step by which outbox_attempt_end moves the clock', async () => {
+  const def = await tdb.db.query<{ d: string }>(
+    `SELECT string_agg(pg_get_functiondef(oid), E'\\n') AS d FROM pg_proc WHERE proname = 'outbox_attempt_end'`,
+  );
+  expect(def.rows[0]!.d).toContain("health_since < to_timestamp(p_now_ms / 1000.0) - interval '1 minute'");
+  expect(HEALTH_CLOCK_STEP_MS).toBe(60_000);
 });

@@ -16,9 +16,8 @@ import { parseArgs } from 'node:util';
 import { loadSettings } from '../src/config';
 import { bootstrapApiKey } from '../src/db/apikeys';
 import { createPool, migrate } from '../src/db/pool';
-import { embeddedSealKeys } from '../src/embedded/data';
+import { sealKeysOrKeyFile } from '../src/embedded/data';
 import { isPortOpen } from '../src/embedded/postgres';
-import { Keyring } from '../src/sealing/keyring';
 import { ensureClusterBinaries, startCluster, type Cluster } from './cluster/cluster';
 import { clusterPostgres, type ClusterPg } from './cluster/postgres';
 import { startServiceProcesses, type ServiceProcesses } from './cluster/services';
@@ -93,11 +92,8 @@ async function main() {
     log,
   });
 
-  // As `npm start`: the key file under .data/ with its last key active, or SEAL_KEYS with SEAL_ACTIVE_KEY.
-  const sealKeys = process.env.SEAL_KEYS || embeddedSealKeys();
-  const sealActive =
-    process.env.SEAL_ACTIVE_KEY || (process.env.SEAL_KEYS ? undefined : Keyring.parse(sealKeys).activeKeyId);
-  if (!sealActive) throw new Error('SEAL_ACTIVE_KEY is required when SEAL_KEYS is set');
+  // As `npm start`: SEAL_KEYS with SEAL_ACTIVE_KEY, or the key file under .data/.
+  const seal = sealKeysOrKeyFile(process.env);
   const db = createPool(pg.databaseUrl, 2);
   await migrate(db);
   const created = await bootstrapApiKey(db, settings.BOOTSTRAP_API_KEY);
@@ -107,8 +103,8 @@ async function main() {
     DATABASE_URL: pg.databaseUrl,
     TEMPORAL_ADDRESS: cluster.address,
     TEMPORAL_NAMESPACE: cluster.namespace,
-    SEAL_KEYS: sealKeys,
-    SEAL_ACTIVE_KEY: sealActive,
+    SEAL_KEYS: seal.keys,
+    SEAL_ACTIVE_KEY: seal.active,
   };
   services = await startServiceProcesses({
     env,

@@ -8,12 +8,11 @@ import {
   EMBEDDED_TEMPORAL_DB,
   EMBEDDED_TEMPORAL_PORT,
   EMBEDDED_TEMPORAL_UI_PORT,
-  embeddedSealKeys,
+  sealKeysOrKeyFile,
 } from './embedded/data';
 import { EmbeddedPostgresError, startEmbeddedPostgres, type EmbeddedPg } from './embedded/postgres';
 import { startDevServer, type DevServer } from './embedded/temporal';
 import { createRuntime } from './runtime';
-import { Keyring } from './sealing/keyring';
 import { startApi, startInbox, startWorker, stopOnSignals, type Service } from './services';
 import { startTracing } from './tracing';
 
@@ -34,14 +33,10 @@ async function main() {
   );
 
   const env = { ...process.env };
-  // The key file under .data/ (made on first start) comes with its active key, its last; SEAL_KEYS
-  // given by the operator need SEAL_ACTIVE_KEY, as everywhere else (contract §8). Checked first.
-  if (!env.SEAL_KEYS) {
-    env.SEAL_KEYS = embeddedSealKeys();
-    env.SEAL_ACTIVE_KEY ||= Keyring.parse(env.SEAL_KEYS).activeKeyId;
-  } else if (!env.SEAL_ACTIVE_KEY) {
-    throw new SettingsError('SEAL_ACTIVE_KEY is required when SEAL_KEYS is set');
-  }
+  // Checked before anything starts.
+  const seal = sealKeysOrKeyFile(env);
+  env.SEAL_KEYS = seal.keys;
+  env.SEAL_ACTIVE_KEY = seal.active;
   if (!env.DATABASE_URL) {
     pg = await startEmbeddedPostgres({
       dir: EMBEDDED_PG_DIR,

@@ -1,4 +1,4 @@
-import { embeddedSealKeys } from '../embedded/data';
+import { sealKeysOrKeyFile } from '../embedded/data';
 import { Keyring } from '../sealing/keyring';
 import { resealAll } from '../sealing/secrets';
 import { commandDb } from './db';
@@ -9,11 +9,10 @@ import { commandDb } from './db';
  * with its last key as the active one (as `npm start`).
  */
 async function main() {
-  const given = process.env.SEAL_KEYS || undefined;
-  if (!given && process.env.DATABASE_URL) throw new Error('SEAL_KEYS is required with DATABASE_URL');
-  const active = process.env.SEAL_ACTIVE_KEY || undefined;
-  if (given && !active) throw new Error('SEAL_ACTIVE_KEY is required when SEAL_KEYS is set');
-  const keyring = Keyring.parse(given ?? embeddedSealKeys(), active);
+  if (!process.env.SEAL_KEYS && process.env.DATABASE_URL)
+    throw new Error('SEAL_KEYS is required with DATABASE_URL');
+  const { keys, active } = sealKeysOrKeyFile(process.env);
+  const keyring = Keyring.parse(keys, active);
   const { db, close } = await commandDb();
   try {
     const n = await resealAll(db, keyring);

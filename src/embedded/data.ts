@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { SettingsError } from '../config';
 import { Keyring } from '../sealing/keyring';
 
 /** The embedded start keeps everything under .data/ in the project folder. */
@@ -18,4 +19,18 @@ export function embeddedSealKeys(): string {
   if (!fs.existsSync(SEAL_FILE))
     fs.writeFileSync(SEAL_FILE, `${Keyring.generateEntry('k1')}\n`, { mode: 0o600 });
   return fs.readFileSync(SEAL_FILE, 'utf8').trim();
+}
+
+/**
+ * The sealing keys of `npm start`, `npm run cluster` and `npm run reseal` (contract §8): SEAL_KEYS given
+ * needs SEAL_ACTIVE_KEY, as everywhere else; without it the key file under .data/, whose last key is the
+ * active one unless SEAL_ACTIVE_KEY names another.
+ */
+export function sealKeysOrKeyFile(env: NodeJS.ProcessEnv): { keys: string; active: string } {
+  if (env.SEAL_KEYS) {
+    if (!env.SEAL_ACTIVE_KEY) throw new SettingsError('SEAL_ACTIVE_KEY is required when SEAL_KEYS is set');
+    return { keys: env.SEAL_KEYS, active: env.SEAL_ACTIVE_KEY };
+  }
+  const keys = embeddedSealKeys();
+  return { keys, active: env.SEAL_ACTIVE_KEY || Keyring.parse(keys).activeKeyId };
 }

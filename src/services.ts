@@ -222,32 +222,30 @@ export function stopOnSignals(services: () => Service[], after: () => Promise<vo
 
 /** The api's gauges, read from Postgres at each scrape (contract §7): -1 when the read fails. */
 export function apiGauges(db: Db): Metric[] {
-  const queued = new Gauge({
-    name: 'a2a_push_outbox_queued',
-    help: 'Delivery jobs committed whose workflow has not started yet',
-    registers: [],
-    async collect() {
-      this.set(await queuedCount(db).catch(() => -1));
-    },
-  });
-  const held = new Gauge({
-    name: 'a2a_push_outbox_held',
-    help: 'Delivery jobs held back on purpose: queued behind an earlier job of their config (DELIVERY_ORDER=per_config), or not started until their turn (SLOW_LANE_START_RATE, HELD_START_RATE)',
-    registers: [],
-    async collect() {
-      this.set(await heldCount(db).catch(() => -1));
-    },
-  });
-  const unprocessed = new Gauge({
-    name: 'a2a_push_inbox_unprocessed',
-    help: 'Inbox callbacks stored and not yet reconciled',
-    registers: [],
-    async collect() {
-      const r = await db
-        .query<{ n: string }>('SELECT count(*) AS n FROM inbox_callbacks WHERE processed_at IS NULL')
-        .catch(() => ({ rows: [{ n: '-1' }] }));
-      this.set(Number(r.rows[0]!.n));
-    },
-  });
-  return [queued, held, unprocessed];
+  const countGauge = (name: string, help: string, count: () => Promise<number>) =>
+    new Gauge({
+      name,
+      help,
+      registers: [],
+      async collect() {
+        this.set(await count().catch(() => -1));
+      },
+    });
+  const unprocessed = async () => {
+    const r = await db.query<{ n: string }>(
+      'SELECT count(*) AS n FROM inbox_callbacks WHERE processed_at IS NULL',
+    );
+    return Number(r.rows[0]!.n);
+  };
+  return [
+    countGauge('a2a_push_outbox_queued', 'Delivery jobs committed whose workflow has not started yet', () =>
+      queuedCount(db),
+    ),
+    countGauge(
+      'a2a_push_outbox_held',
+      'Delivery jobs held back on purpose: queued behind an earlier job of their config (DELIVERY_ORDER=per_config), or not started until their turn (SLOW_LANE_START_RATE, HELD_START_RATE)',
+      () => heldCount(db),
+    ),
+    countGauge('a2a_push_inbox_unprocessed', 'Inbox callbacks stored and not yet reconciled', unprocessed),
+  ];
 }

@@ -160,8 +160,17 @@ export const settingsSchema = z
     // Where the api runs in one process with a worker (npm start; `main.ts api,worker`), `on` makes its
     // dispatcher start delivery workflows eagerly, handing the first workflow task straight to that
     // worker (a fresh job's first task never waits in the task queue behind another tenant's backlog;
-    // held jobs start delayed and their wakes queue, fairly). No effect on an api alone.
+    // held jobs start delayed and their wakes queue, fairly). No effect on an api alone. Also a worker's
+    // line wakes: the next job of a line, not started yet, starts eagerly on that worker (session 25).
     EAGER_START: z.enum(['on', 'off']).default('on'),
+    // With EAGER_START=on (issue 21, session 25): a lean worker's workflow task slots for eagerly started
+    // runs, granted even while its 10 are in progress (their tasks count among them, so it polls less
+    // meanwhile; 0: an eager start needs one of the 10, as before); and how many eager starts one tenant
+    // may have in flight per process (the dispatcher's starts and the worker's line wakes together): past
+    // it a start goes through the task queue, ordered fairly. Below the 10, so that one tenant's eager
+    // work alone never stops the polls.
+    EAGER_START_SLOTS: int(40, 0, 200),
+    EAGER_START_PER_TENANT: int(8, 1, 200),
     // Calls to one target (host or address, plus port) on the wire at once, across all workers.
     OUTBOUND_HOST_CONCURRENCY: int(8, 1, 10_000),
     // Per-target bounds in place of OUTBOUND_HOST_CONCURRENCY (a known receiver that takes more, or less).

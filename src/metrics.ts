@@ -31,6 +31,12 @@ export const workflowStarts = new Counter({
   labelNames: ['path', 'eager'] as const,
   registers: [],
 });
+export const lineWakes = new Counter({
+  name: 'a2a_push_line_wakes_total',
+  help: 'Jobs of an ordered line (DELIVERY_ORDER=per_config) woken by the worker when the job ahead or their config ended, by how: eager (not started yet, started eagerly on this worker), started (not started yet, its start went through the task queue), signal (a signal-with-start)',
+  labelNames: ['how'] as const,
+  registers: [],
+});
 export const inboxRequests = new Counter({
   name: 'a2a_push_inbox_requests_total',
   help: 'Inbox callbacks by answer status and reason',
@@ -44,7 +50,7 @@ export function createRegistry(kind: 'api' | 'inbox' | 'worker', extra: Metric[]
   collectDefaultMetrics({ register: registry });
   const own: Metric[] =
     kind === 'worker'
-      ? [deliveriesTotal, attemptDuration, guardRefusals, configsFailing, slotWaits, slotHeld]
+      ? [deliveriesTotal, attemptDuration, guardRefusals, configsFailing, slotWaits, slotHeld, lineWakes]
       : kind === 'api'
         ? [eventWrites, guardRefusals, workflowStarts]
         : [inboxRequests];

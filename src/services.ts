@@ -17,6 +17,7 @@ import { temporalReachable, type ReachableConnection } from './temporal';
 import { createRegistry } from './metrics';
 import { createHttp, type Runtime } from './runtime';
 import { connectTemporal, eagerStartClient } from './temporal';
+import type { EagerStarts } from './worker/eager-starts';
 import { shutdownTracing } from './tracing';
 import { startRetentionTimer } from './retention';
 import {
@@ -89,7 +90,7 @@ export const serviceReadiness =
  */
 export async function startApi(
   rt: Runtime,
-  beside?: { connection: NativeConnection },
+  beside?: { connection: NativeConnection; eagerStarts?: EagerStarts },
 ): Promise<Service & { dispatcher: Dispatcher; port: number }> {
   // PUBLIC_BASE_URL: embedded registrations hand out callback URLs built on it.
   const s = requireSettings(rt.settings, ['TEMPORAL_ADDRESS', 'PUBLIC_BASE_URL']);
@@ -103,6 +104,7 @@ export async function startApi(
     db: rt.db,
     client: eager ? eagerStartClient(beside.connection, s.TEMPORAL_NAMESPACE) : client,
     eager,
+    ...(eager && beside.eagerStarts ? { eagerStarts: beside.eagerStarts } : {}),
     taskQueue: s.TASK_QUEUE,
     logger: rt.logger,
     sweepIntervalMs: s.SWEEP_INTERVAL,
@@ -173,7 +175,7 @@ export async function startInbox(rt: Runtime): Promise<Service & { port: number 
 export async function startWorker(
   rt: Runtime,
   source?: WorkflowSource,
-): Promise<Service & { run: Promise<void>; connection: NativeConnection }> {
+): Promise<Service & { run: Promise<void>; connection: NativeConnection; eagerStarts?: EagerStarts }> {
   const s = requireSettings(rt.settings, ['TEMPORAL_ADDRESS']);
   installTemporalRuntime(rt.logger);
   boundHeapGrowth();
@@ -192,6 +194,7 @@ export async function startWorker(
     url: `http://127.0.0.1:${s.WORKER_PORT}`,
     run,
     connection,
+    ...(worker.eagerStarts ? { eagerStarts: worker.eagerStarts } : {}),
     async stop() {
       worker.shutdown();
       await run.catch(() => undefined);

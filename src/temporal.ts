@@ -82,6 +82,21 @@ export interface JobToStart {
    * target's health).
    */
   lane?: 'slow';
+  /**
+   * The outbox had no start of its workflow on record when this was read (`dispatched_at` unset): a
+   * wake may then start it eagerly rather than signal it (`wakeOrStartDeliveries`).
+   */
+  undispatched?: boolean;
+}
+
+/**
+ * Eager starts in flight per tenant (src/worker/eager-starts.ts): `take` a job's place before asking for
+ * an eager start (false: its tenant has its share in flight, start through the task queue), `done` when
+ * the start was not eager after all.
+ */
+export interface EagerBudget {
+  take(jobId: string, tenantId: string): boolean;
+  done(jobId: string): void;
 }
 
 /** DELIVERY_WORKFLOW: which delivery workflow type new jobs start as. */
@@ -128,6 +143,13 @@ export interface DeliveryStarter {
   kind: DeliveryWorkflowKind;
   /** The attempt plan (settings in words), shown in every delivery workflow's static details. */
   plan?: string | undefined;
+  /**
+   * Set where a worker of `taskQueue` runs on `client`'s NativeConnection (EAGER_START=on): a woken job
+   * whose workflow is not started yet starts eagerly, within its tenant's places.
+   */
+  eager?: EagerBudget;
+  /** Told how each job was woken (or started) that its wake reached: for the worker's metrics. */
+  onWake?: (how: 'eager' | 'started' | 'signal') => void;
 }
 
 /**
@@ -183,15 +205,20 @@ export async function startDeliveryWorkflow(
   job: JobToStart,
   kind: DeliveryWorkflowKind = DEFAULT_DELIVERY_WORKFLOW,
   eager = false,
+  budget?: EagerBudget,
 ): Promise<boolean> {
   const options = deliveryStartOptions(taskQueue, job, kind);
+  // Within the tenant's eager places (when bounded): past them, through the task queue, fairly.
+  const askEager = eager && !('startDelay' in options) && (budget?.take(job.id, job.tenantId) ?? true);
   try {
     const handle = await client.workflow.start(DELIVERY_WORKFLOW_TYPES[kind], {
       ...options,
-      ...(eager && !('startDelay' in options) ? { requestEagerStart: true } : {}),
+      ...(askEager ? { requestEagerStart: true } : {}),
     });
+    if (askEager && !handle.eagerlyStarted) budget?.done(job.id);
     return handle.eagerlyStarted;
   } catch (err) {
+    if (askEager) budget?.done(job.id);
     if (err instanceof WorkflowExecutionAlreadyStartedError) return false;
     throw err;
   }
@@ -216,19 +243,37 @@ function withoutBehind(
  */
 export async function wakeOrStartDeliveries(s: DeliveryStarter, jobs: JobToStart[]): Promise<string[]> {
   const woken = await Promise.all(
-    jobs.map((job) =>
-      s.client.workflow
-        .signalWithStart(DELIVERY_WORKFLOW_TYPES[s.kind], {
-          ...deliveryStartOptions(s.taskQueue, withoutBehind(job, s.plan), s.kind),
-          signal: wakeSignal,
-          signalArgs: [],
-        })
+    jobs.map(async (job) => {
+      const options = deliveryStartOptions(s.taskQueue, withoutBehind(job, s.plan), s.kind);
+      if (s.eager && job.undispatched && s.eager.take(job.id, job.tenantId)) {
+        // Not started yet (the usual case for a held job: HELD_START_RATE kept it in the outbox): an
+        // eager start, whose first task comes back to this worker in the answer, with no trip through
+        // matching. It needs no wake: its first attempt reads the line, whose job ahead has ended.
+        try {
+          const handle = await s.client.workflow.start(DELIVERY_WORKFLOW_TYPES[s.kind], {
+            ...options,
+            requestEagerStart: true,
+          });
+          if (!handle.eagerlyStarted) s.eager.done(job.id);
+          s.onWake?.(handle.eagerlyStarted ? 'eager' : 'started');
+          return job.id;
+        } catch (err) {
+          s.eager.done(job.id);
+          // Started meanwhile (by the claim run, say): it may wait in its start delay or for a wake.
+          if (!(err instanceof WorkflowExecutionAlreadyStartedError)) return undefined;
+        }
+      }
+      return s.client.workflow
+        .signalWithStart(DELIVERY_WORKFLOW_TYPES[s.kind], { ...options, signal: wakeSignal, signalArgs: [] })
         .then(
-          () => job.id,
+          () => {
+            s.onWake?.('signal');
+            return job.id;
+          },
           // Closed: it has started (and ended) all the same.
           (err: unknown) => (err instanceof WorkflowExecutionAlreadyStartedError ? job.id : undefined),
-        ),
-    ),
+        );
+    }),
   );
   return woken.filter((id): id is string => id !== undefined);
 }

@@ -351,7 +351,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
   }
 
   /** Wakes (or starts) jobs of the context's config, which may be held in their start delay. */
-  function wakeOrStartLater(ctx: Context, jobIds: string[]): void {
+  function wakeOrStartLater(ctx: Context, jobIds: string[], undispatched = false): void {
     if (jobIds.length === 0) return;
     const host = hostOf(ctx.url);
     const jobs = jobIds.map((id) => ({
@@ -360,6 +360,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       taskId: ctx.task_id,
       configId: ctx.config_id,
       host,
+      ...(undispatched ? { undispatched } : {}),
     }));
     void deps.wakeOrStart(jobs).catch(() => undefined);
   }
@@ -479,7 +480,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     // Read after the job's end committed: a job that joined the line and saw this one unfinished just
     // before the commit is seen only by a read after it.
     const next = nextInLine(BigInt(ctx.seq), await lineAfter(db, ctx.config_row_id, ctx.seq));
-    if (next) wakeOrStartLater(ctx, [next.id]);
+    if (next) wakeOrStartLater(ctx, [next.id], next.dispatched === false);
   }
 
   async function attemptOnce(input: AttemptInput, ctx: Context): Promise<AttemptOutput> {

@@ -16,6 +16,7 @@ import {
   wakeOrStartDeliveries,
   type DeliveryStarter,
   type DeliveryWorkflowKind,
+  type EagerBudget,
   type JobToStart,
 } from '../temporal';
 
@@ -69,6 +70,12 @@ export interface DispatcherOptions {
    * worker's NativeConnection (src/temporal.ts, eagerStartClient).
    */
   eager?: boolean;
+  /**
+   * With `eager`: the eager starts in flight per tenant in this process, shared with the worker beside it
+   * (EAGER_START_PER_TENANT; src/worker/eager-starts.ts). Past a tenant's places its starts go through
+   * the task queue. Unset: every start asks to be eager.
+   */
+  eagerStarts?: EagerBudget;
 }
 
 /** How many held-back slow-lane jobs one dispatcher remembers to release early (`releaseKnown`). */
@@ -385,6 +392,7 @@ export class Dispatcher {
           { ...job, ...(this.o.plan ? { plan: this.o.plan } : {}) },
           this.o.workflow ?? DEFAULT_DELIVERY_WORKFLOW,
           this.o.eager ?? false,
+          this.o.eagerStarts,
         );
         workflowStarts.inc({ path, eager: String(eager) });
       },

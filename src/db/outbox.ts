@@ -365,15 +365,28 @@ export const ON_WIRE_LIMIT_MS = 3 * 60_000;
 
 const readLineAfter = preparedStatement<[string, string]>(
   'outbox.line_after',
-  `SELECT id, seq, status FROM delivery_jobs
+  `SELECT id, seq, status, dispatched_at IS NOT NULL AS dispatched FROM delivery_jobs
     WHERE config_row_id = $1 AND seq > $2 AND ordered AND status IN ('queued', 'in_flight', 'waiting_retry')
     ORDER BY seq LIMIT 1`,
 );
 
-/** The first later ordered job of the config's line that has not finished: the one to wake when a job ends. */
-export async function lineAfter(db: Db | Tx, configRowId: string, seq: string | bigint): Promise<LineJob[]> {
-  const r = await db.query<{ id: string; seq: string; status: JobStatus }>(
+/**
+ * The first later ordered job of the config's line that has not finished: the one to wake when a job
+ * ends, with whether its workflow's start is on record.
+ */
+export async function lineAfter(
+  db: Db | Tx,
+  configRowId: string,
+  seq: string | bigint,
+): Promise<Array<LineJob & { dispatched: boolean }>> {
+  const r = await db.query<{ id: string; seq: string; status: JobStatus; dispatched: boolean }>(
     readLineAfter([configRowId, String(seq)]),
   );
-  return r.rows.map((x) => ({ id: x.id, seq: BigInt(x.seq), status: x.status, openAttempt: false }));
+  return r.rows.map((x) => ({
+    id: x.id,
+    seq: BigInt(x.seq),
+    status: x.status,
+    openAttempt: false,
+    dispatched: x.dispatched,
+  }));
 }

@@ -34,8 +34,8 @@ export function heldBy(seq: bigint, line: readonly LineJob[]): LineJob | undefin
 }
 
 /** Who to wake when the job at `seq` has ended: the first later job of the line that has not ended. */
-export function nextInLine(seq: bigint, line: readonly LineJob[]): LineJob | undefined {
-  let next: LineJob | undefined;
+export function nextInLine<J extends LineJob>(seq: bigint, line: readonly J[]): J | undefined {
+  let next: J | undefined;
   for (const j of line)
     if (j.seq > seq && !isFinished(j.status) && (next === undefined || j.seq < next.seq)) next = j;
   return next;

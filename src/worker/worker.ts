@@ -14,12 +14,13 @@ import type { Logger } from 'pino';
 import { readRequestId, withRequestContext } from '../request-context';
 import { temporalWorkerTracing } from '../tracing';
 import express from 'express';
-import { createDeliveryActivities } from '../activities/delivery';
+import { createDeliveryActivities, type AttemptInput, type AttemptOutput } from '../activities/delivery';
 import { LocalAttemptClock, workflowSlotSupplier } from './workflow-slots';
+import { EagerStarts } from './eager-starts';
 import { createRegistrationActivities } from '../activities/registration';
 import { parseTargetBounds, requireSettings, workflowTaskSlots } from '../config';
 import { opsRoutes } from '../api/app';
-import { createRegistry } from '../metrics';
+import { createRegistry, lineWakes } from '../metrics';
 import type { OutboundClient } from '../outbound';
 import { pgReachable } from '../db/pool';
 import { DEFAULT_SLOT_SETTINGS, HostSlots } from '../db/slots';
@@ -71,6 +72,7 @@ export function activitiesFor(
   httpClient: OutboundClient,
   client: Client,
   localAttempts?: LocalAttemptClock,
+  eagerStarts?: EagerStarts,
 ) {
   const s = requireSettings(rt.settings, ['PUBLIC_BASE_URL']);
   const slots = new HostSlots(rt.db, {
@@ -88,6 +90,9 @@ export function activitiesFor(
     taskQueue: s.TASK_QUEUE,
     kind: s.DELIVERY_WORKFLOW,
     plan: attemptPlanOf(s),
+    // The next job of a line not started yet starts eagerly on this worker, within its tenant's places.
+    ...(eagerStarts ? { eager: eagerStarts } : {}),
+    onWake: (how) => lineWakes.inc({ how }),
   };
   const registration = createRegistrationActivities({
     db: rt.db,
@@ -121,7 +126,20 @@ export function activitiesFor(
     failingAfterMs: s.CONFIG_FAILING_AFTER,
     ...(localAttempts ? { localAttempts } : {}),
   });
-  return { ...delivery, ...registration };
+  if (!eagerStarts) return { ...delivery, ...registration };
+  // A job started eagerly holds its tenant's place until its first attempt call here ends.
+  const { attemptDelivery } = delivery;
+  return {
+    ...delivery,
+    ...registration,
+    async attemptDelivery(input: AttemptInput): Promise<AttemptOutput> {
+      try {
+        return await attemptDelivery(input);
+      } finally {
+        eagerStarts.done(input.jobId);
+      }
+    },
+  };
 }
 
 /**
@@ -238,6 +256,8 @@ export class Workers {
   constructor(
     readonly main: Worker,
     readonly slow: Worker,
+    /** Eager starts in flight per tenant (EAGER_START=on), shared with an api beside this worker. */
+    readonly eagerStarts?: EagerStarts,
   ) {}
 
   static async create(
@@ -264,7 +284,9 @@ export class Workers {
     // Lean (unless the slots are set): its local attempts are timed, and a run whose attempt hangs stops
     // counting against the slots (src/worker/workflow-slots.ts).
     const clock = wftSlots.elastic ? new LocalAttemptClock() : undefined;
-    const activities = activitiesFor(rt, httpClient, client, clock);
+    const eagerStarts =
+      rt.settings.EAGER_START === 'on' ? new EagerStarts(rt.settings.EAGER_START_PER_TENANT) : undefined;
+    const activities = activitiesFor(rt, httpClient, client, clock, eagerStarts);
     const interceptors = { activity: activityInterceptors(rt.logger) };
     const wf = workflowTracing();
     const main = await Worker.create({
@@ -278,7 +300,13 @@ export class Workers {
       ...(clock
         ? {
             tuner: {
-              workflowTaskSlotSupplier: workflowSlotSupplier(wftSlots.active, wftSlots.hardCap, clock),
+              workflowTaskSlotSupplier: workflowSlotSupplier(
+                wftSlots.active,
+                wftSlots.hardCap,
+                clock,
+                undefined,
+                eagerStarts ? rt.settings.EAGER_START_SLOTS : 0,
+              ),
               activityTaskSlotSupplier: { type: 'fixed-size', numSlots: rt.settings.WORKER_ACTIVITY_SLOTS },
               localActivityTaskSlotSupplier: { type: 'fixed-size', numSlots: LOCAL_ACTIVITY_SLOTS },
               nexusTaskSlotSupplier: { type: 'fixed-size', numSlots: 1 },
@@ -317,7 +345,7 @@ export class Workers {
       maxConcurrentActivityTaskExecutions: rt.settings.SLOW_LANE_CONCURRENCY,
       shutdownGraceTime: '20s',
     });
-    return new Workers(main, slow);
+    return new Workers(main, slow, eagerStarts);
   }
 
   /** Runs both until both stop (a failure of either stops the other). */

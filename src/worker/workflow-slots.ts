@@ -55,21 +55,34 @@ export const STUCK_LOCAL_ATTEMPT_MS = 1_000;
  * their slots but stop counting after `stuckMs`, so the worker takes new tasks again; the hard cap
  * bounds them all (the worker's cached runs, maxCachedWorkflows, must be at least that).
  *
- * A poll holds its slot while it waits (that is how the SDK counts them); an eager start asks with
- * `tryReserveSlot` and gets a slot only while fewer than `active` are in progress.
+ * A poll holds its slot while it waits (that is how the SDK counts them). An eager start asks with
+ * `tryReserveSlot` and gets one of `eager` slots of its own (its permit says so), even while `active`
+ * tasks are in progress; its task counts as in progress all the same, so the worker polls less while
+ * eagerly started work runs, and does not take on more than before. Which tenants may start eagerly,
+ * and how many at once, is the starters' bound (src/worker/eager-starts.ts: fewer per tenant than
+ * `active`, so one tenant's eager starts alone never stop the polls). A refused eager start goes through
+ * the task queue. With `eager` 0, an eager start needs one of the `active` slots, as a poll does (as
+ * before session 25).
  */
 export function workflowSlotSupplier(
   active: number,
   hardCap: number,
   clock: LocalAttemptClock,
   stuckMs = STUCK_LOCAL_ATTEMPT_MS,
-): CustomSlotSupplier<WorkflowSlotInfo> & { inProgress(): number } {
+  eager = 0,
+): CustomSlotSupplier<WorkflowSlotInfo> & { inProgress(): number; eagerInProgress(): number } {
+  // Slots of polls (and, with `eager` 0, of eager starts): issued, and of those given a task.
   let issued = 0;
   let used = 0;
+  // Slots of eager starts (with `eager` > 0), marked in their permit: issued, and given a task.
+  let eagerIssued = 0;
+  let eagerUsed = 0;
   const waiters: Array<() => void> = [];
   let timer: NodeJS.Timeout | undefined;
-  const inProgress = () => issued - Math.min(used, clock.olderThan(stuckMs));
-  const canIssue = () => issued < hardCap && inProgress() < active;
+  // Every task in progress, eagerly started or polled: a poll waits while `active` are.
+  const inProgress = () => issued + eagerIssued - Math.min(used + eagerUsed, clock.olderThan(stuckMs));
+  const canIssue = () => issued + eagerIssued < hardCap && inProgress() < active;
+  const isEager = (permit: unknown) => (permit as { eager?: boolean } | null)?.eager === true;
   const pump = () => {
     while (waiters.length > 0 && canIssue()) {
       issued++;
@@ -85,6 +98,7 @@ export function workflowSlotSupplier(
   return {
     type: 'custom',
     inProgress,
+    eagerInProgress: () => eagerIssued,
     reserveSlot(_ctx, abort) {
       // The SDK aborts a waiting poll only when it stops polling (shutdown); it expects the signal's
       // own reason back.
@@ -110,16 +124,27 @@ export function workflowSlotSupplier(
       });
     },
     tryReserveSlot() {
+      if (eager > 0) {
+        if (eagerIssued >= eager || issued + eagerIssued >= hardCap) return null;
+        eagerIssued++;
+        return { eager: true };
+      }
       if (!canIssue()) return null;
       issued++;
       return {};
     },
-    markSlotUsed() {
-      used++;
+    markSlotUsed(ctx) {
+      if (isEager(ctx.permit)) eagerUsed++;
+      else used++;
     },
     releaseSlot(ctx) {
-      issued = Math.max(0, issued - 1);
-      if (ctx.slotInfo) used = Math.max(0, used - 1);
+      if (isEager(ctx.permit)) {
+        eagerIssued = Math.max(0, eagerIssued - 1);
+        if (ctx.slotInfo) eagerUsed = Math.max(0, eagerUsed - 1);
+      } else {
+        issued = Math.max(0, issued - 1);
+        if (ctx.slotInfo) used = Math.max(0, used - 1);
+      }
       pump();
     },
   };

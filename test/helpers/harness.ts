@@ -184,6 +184,7 @@ export async function startStack(
       ? eagerStartClient(temporal.nativeConnection, temporal.namespace ?? 'default')
       : temporal.client,
     eager: o.eager ?? false,
+    ...(o.eager && worker.eagerStarts ? { eagerStarts: worker.eagerStarts } : {}),
     taskQueue,
     logger: silent,
     sweepIntervalMs: settings.SWEEP_INTERVAL,

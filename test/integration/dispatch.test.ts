@@ -16,6 +16,7 @@ import { heldCount, queuedCount } from '../../src/api/dispatcher';
 import { KnownTargets } from '../../src/api/known-targets';
 import { DEFAULT_SLOT_SETTINGS } from '../../src/db/slots';
 import { makeDeliveryWorkflowId } from '../../src/ids';
+import { lineWakes } from '../../src/metrics';
 import { writeEvent as writeOutbox } from '../../src/db/outbox';
 import { freePort } from '../helpers/test-services-port';
 import {
@@ -73,6 +74,13 @@ const delivered = (jobId: string, timeoutMs?: number) =>
  * The lag gauge (a2a_push_outbox_queued) once started jobs are marked: their marks are written after
  * their starts return, which on a real cluster can come after held jobs were held back.
  */
+/** The worker's line wakes so far (a2a_push_line_wakes_total), by how. */
+const lineWakesBy = async () => {
+  const by = { eager: 0, started: 0, signal: 0 };
+  for (const v of (await lineWakes.get()).values) by[v.labels.how as keyof typeof by] += v.value;
+  return by;
+};
+
 const lagDrained = () =>
   eventually(
     () => queuedCount(stack.tdb.db),
@@ -291,6 +299,7 @@ it('held starts past HELD_START_RATE wait in the outbox; the wake of the job ahe
       expect(await heldCount(stack.tdb.db)).toBe(5);
       expect(await lagDrained()).toBe(0);
 
+      const wakesBefore = await lineWakesBy();
       release();
       await rx.waitFor(6, 15_000);
       // In order on the wire, each once.
@@ -307,6 +316,21 @@ it('held starts past HELD_START_RATE wait in the outbox; the wake of the job ahe
         [later],
       );
       expect(marked.rows[0]!.n).toBe(4);
+      // Not started yet when woken, each of the 4 was started eagerly by that wake, on the worker that
+      // ran the job ahead (EAGER_START on: no trip through matching, and no signal: its first attempt
+      // reads the line). The first held job, in its start delay, was woken by a signal.
+      const historyOf = async (id: string) =>
+        (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).fetchHistory()).events ?? [];
+      const signalled = (events: Awaited<ReturnType<typeof historyOf>>) =>
+        events.some((e) => e.workflowExecutionSignaledEventAttributes);
+      for (const id of later) {
+        const events = await historyOf(id);
+        expect(events[0]!.workflowExecutionStartedEventAttributes!.eagerExecutionAccepted).toBe(true);
+        expect(signalled(events)).toBe(false);
+      }
+      expect(signalled(await historyOf(first))).toBe(true);
+      expect((await lineWakesBy()).eager - wakesBefore.eager).toBe(4);
+      expect((await lineWakesBy()).signal - wakesBefore.signal).toBeGreaterThanOrEqual(1);
     } finally {
       release();
       await d.stop();

@@ -103,3 +103,44 @@ describe('workflowSlotSupplier (the lean type’s workflow task slots)', () => {
     expect(clock.olderThan(1_000)).toBe(0);
   });
 });
+
+describe('workflowSlotSupplier with eager slots (EAGER_START_SLOTS)', () => {
+  it('an eager start gets a slot of its own while `active` are in progress; its task counts as in progress, so a poll waits', async () => {
+    const s = workflowSlotSupplier(1, 10, new LocalAttemptClock(), 1_000, 2);
+    await s.reserveSlot(ctx, new AbortController().signal);
+    s.markSlotUsed({ permit: {}, slotInfo: info });
+    // The one poll slot is busy; eager starts still get theirs, up to 2.
+    const e1 = s.tryReserveSlot(ctx);
+    const e2 = s.tryReserveSlot(ctx);
+    expect(e1).toEqual({ eager: true });
+    expect(e2).toEqual({ eager: true });
+    expect(s.tryReserveSlot(ctx)).toBeNull();
+    s.markSlotUsed({ permit: e1!, slotInfo: info });
+    s.markSlotUsed({ permit: e2!, slotInfo: info });
+    expect(s.eagerInProgress()).toBe(2);
+    expect(s.inProgress()).toBe(3);
+    // The polled task ends: with two eager tasks running, the next poll still waits.
+    s.releaseSlot({ permit: {}, slotInfo: info });
+    let granted = false;
+    const poll = s.reserveSlot(ctx, new AbortController().signal).then(() => (granted = true));
+    await new Promise((r) => setImmediate(r));
+    expect(granted).toBe(false);
+    // An eager task's slot given back frees an eager slot; once both ended the poll goes on.
+    s.releaseSlot({ permit: e1!, slotInfo: info });
+    expect(s.eagerInProgress()).toBe(1);
+    expect(s.tryReserveSlot(ctx)).toEqual({ eager: true });
+    s.releaseSlot({ permit: { eager: true } });
+    s.releaseSlot({ permit: e2!, slotInfo: info });
+    await poll;
+    expect(granted).toBe(true);
+    expect(s.inProgress()).toBe(1);
+  });
+
+  it('the hard cap bounds polls and eager starts together', async () => {
+    const s = workflowSlotSupplier(2, 3, new LocalAttemptClock(), 1_000, 5);
+    await s.reserveSlot(ctx, new AbortController().signal);
+    await s.reserveSlot(ctx, new AbortController().signal);
+    expect(s.tryReserveSlot(ctx)).toEqual({ eager: true });
+    expect(s.tryReserveSlot(ctx)).toBeNull();
+  });
+});

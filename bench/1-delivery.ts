@@ -87,6 +87,8 @@ export interface DeliveryThroughputResult {
   duplicates: number;
   /** Calls that waited in line for a host slot (the workers' a2a_push_host_slot_waits_total). */
   slotWaits: number;
+  /** The workers' line wakes (a2a_push_line_wakes_total) by how: eager starts, other starts, signals. */
+  lineWakes: { eager: number; started: number; signal: number };
   /** Mean time an attempt held its host slot (a2a_push_host_slot_held_seconds), ms. */
   slotHeldMs: number;
   /** What the receiver saw of each config's X-A2A-Push-Sequence: resends, arrivals out of order, gaps. */
@@ -182,7 +184,7 @@ export async function runTail(
       notDelivered: Object.fromEntries(r.rows.map((x) => [x.what, Number(x.n)])),
       slowest: slow.rows.map(
         (x, i) =>
-          `${x.total} ms (${x.w} / ${x.d} / ${x.f}, ${x.n} attempt${x.n === 1 ? '' : 's'}${x.turn ? ', held for a turn' : ''}${timedOut[i] ? `, ${timedOut[i]} workflow task${timedOut[i] === 1 ? '' : 's'} timed out` : ''})`,
+          `${x.total} ms (${x.w} / ${x.d} / ${x.f}, ${x.n} attempt${x.n === 1 ? '' : 's'}${x.turn ? ', held for a turn' : ''}${timedOut[i] ? `, ${timedOut[i]}` : ''})`,
       ),
     };
   } finally {
@@ -192,13 +194,14 @@ export async function runTail(
 
 /**
  * How many workflow tasks of each job's workflow timed out (a worker took the task and never answered
- * it: the run waited the workflow task timeout, 20 s under lean, before another try); undefined where
- * the history could not be read. Read from the histories, for the run's slowest jobs only.
+ * it: the run waited the workflow task timeout, 20 s under lean, before another try), in words with
+ * how the run started (0: none); undefined where the history could not be read. Read from the
+ * histories, for the run's slowest jobs only.
  */
 async function workflowTaskTimeouts(
   temporal: { address: string; namespace?: string },
   jobIds: string[],
-): Promise<Array<number | undefined>> {
+): Promise<Array<string | 0 | undefined>> {
   if (jobIds.length === 0) return [];
   const connection = await Connection.connect({ address: temporal.address });
   try {
@@ -207,7 +210,14 @@ async function workflowTaskTimeouts(
       jobIds.map(async (id) => {
         try {
           const h = await client.workflow.getHandle(makeDeliveryWorkflowId(id)).fetchHistory();
-          return (h.events ?? []).filter((e) => e.workflowTaskTimedOutEventAttributes).length;
+          const events = h.events ?? [];
+          const n = events.filter((e) => e.workflowTaskTimedOutEventAttributes).length;
+          // Whether the run was started eagerly (its first task handed to the worker in the start's
+          // answer) or through matching, where temporalio/temporal#11733 loses tasks.
+          const eager = events[0]?.workflowExecutionStartedEventAttributes?.eagerExecutionAccepted === true;
+          return n > 0
+            ? `${n} workflow task${n === 1 ? '' : 's'} timed out (${eager ? 'eager start' : 'started through matching'})`
+            : 0;
         } catch {
           return undefined;
         }
@@ -322,6 +332,13 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
         })
       : undefined;
     const slotWaits = await workerCounter(services, 'a2a_push_host_slot_waits_total').catch(() => NaN);
+    const wakes = (how: string) =>
+      workerCounter(services, `a2a_push_line_wakes_total{how="${how}"`).catch(() => NaN);
+    const lineWakes = {
+      eager: await wakes('eager'),
+      started: await wakes('started'),
+      signal: await wakes('signal'),
+    };
     const heldS = await workerCounter(services, 'a2a_push_host_slot_held_seconds_sum').catch(() => NaN);
     const helds = await workerCounter(services, 'a2a_push_host_slot_held_seconds_count').catch(() => NaN);
     const cores =
@@ -341,6 +358,7 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
       latencyMs: latency(arrived.map((e) => receiver.delivered.get(e.id)! - sentAt.get(e.id)!)),
       cpu,
       slotWaits,
+      lineWakes,
       slotHeldMs: helds > 0 ? round((heldS * 1000) / helds, 1) : NaN,
       duplicates: plan.reduce((d, e) => d + Math.max(0, (receiver.seen.get(e.id) ?? 0) - 1), 0),
       order: sequenceCheck(receiver.sequenced, (p) => p.startsWith(`/hook/${runId}-task-`)),
@@ -719,6 +737,7 @@ export const deliveryBenchmark: Benchmark = {
         `receiver, by X-A2A-Push-Sequence: per_config ${orderNote(ours.order)}; none ${orderNote(unordered.order)}.`,
         '(b) and (c) send once and keep nothing durable: they are the ceiling of one process posting, not a like-for-like sender.',
         `(b) latency p99 ${b.latencyMs.p99} ms, (c) p99 ${c.latencyMs.p99} ms.`,
+        `line wakes (per_config, a2a_push_line_wakes_total): ${ours.lineWakes.eager} eager starts, ${ours.lineWakes.started} starts through the task queue, ${ours.lineWakes.signal} signal-with-starts.`,
         `host slot waits (OUTBOUND_HOST_CONCURRENCY): per_config ${ours.slotWaits}, none ${unordered.slotWaits}, none with the bound raised ${unbound.slotWaits}; mean time an attempt held its slot: per_config ${ours.slotHeldMs} ms, none ${unordered.slotHeldMs} ms.`,
         `ours: ${ours.writeRefusals} (per_config) and ${unordered.writeRefusals} (none) event writes answered 503 and retried after their Retry-After.`,
       ],

@@ -164,11 +164,10 @@ export const settingsSchema = z
     // line wakes: the next job of a line, not started yet, starts eagerly on that worker (session 25).
     EAGER_START: z.enum(['on', 'off']).default('on'),
     // With EAGER_START=on (issue 21, session 25): a lean worker's workflow task slots for eagerly started
-    // runs, granted even while its 10 are in progress (their tasks count among them, so it polls less
-    // meanwhile; 0: an eager start needs one of the 10, as before); and how many eager starts one tenant
-    // may have in flight per process (the dispatcher's starts and the worker's line wakes together): past
-    // it a start goes through the task queue, ordered fairly. Below the 10, so that one tenant's eager
-    // work alone never stops the polls.
+    // runs, granted even while its 10 are in progress (their tasks count among them, up to 8, so it polls
+    // less meanwhile; 0: an eager start needs one of the 10, as before); and how many eager starts of lean
+    // fast-lane runs one tenant may have in flight per process (the dispatcher's starts and the worker's
+    // line wakes together): past it a start goes through the task queue, ordered fairly.
     EAGER_START_SLOTS: int(40, 0, 200),
     EAGER_START_PER_TENANT: int(8, 1, 200),
     // Calls to one target (host or address, plus port) on the wire at once, across all workers.

@@ -33,7 +33,7 @@ export const workflowStarts = new Counter({
 });
 export const lineWakes = new Counter({
   name: 'a2a_push_line_wakes_total',
-  help: 'Jobs of an ordered line (DELIVERY_ORDER=per_config) woken by the worker when the job ahead or their config ended, by how: eager (not started yet, started eagerly on this worker), started (not started yet, its start went through the task queue), signal (a signal-with-start)',
+  help: 'Jobs of an ordered line (DELIVERY_ORDER=per_config) woken by the worker when the job ahead or their config ended, by how: eager (not started yet, started eagerly on this worker), started (not started yet, its start went through the task queue), tenant_full (not started yet, its tenant had EAGER_START_PER_TENANT eager starts in flight: a signal-with-start), signal (a signal-with-start of a job that had its workflow)',
   labelNames: ['how'] as const,
   registers: [],
 });

@@ -87,6 +87,8 @@ export interface JobToStart {
    * wake may then start it eagerly rather than signal it (`wakeOrStartDeliveries`).
    */
   undispatched?: boolean;
+  /** The job whose end woke this one: its eager place, if it held one, passes to this job. */
+  wokenBy?: string;
 }
 
 /**
@@ -95,7 +97,7 @@ export interface JobToStart {
  * the start was not eager after all.
  */
 export interface EagerBudget {
-  take(jobId: string, tenantId: string): boolean;
+  take(jobId: string, tenantId: string, from?: string): boolean;
   done(jobId: string): void;
 }
 
@@ -148,8 +150,13 @@ export interface DeliveryStarter {
    * whose workflow is not started yet starts eagerly, within its tenant's places.
    */
   eager?: EagerBudget;
-  /** Told how each job was woken (or started) that its wake reached: for the worker's metrics. */
-  onWake?: (how: 'eager' | 'started' | 'signal') => void;
+  /**
+   * Told how each job its wake reached was woken: `eager` (not started yet, started eagerly), `started`
+   * (not started yet, started through the task queue: the server or the worker's slots refused eager),
+   * `tenant_full` (not started yet, its tenant's eager places full: a signal-with-start), `signal` (a
+   * signal-with-start of a job that had its workflow, or without eager starts). For the worker's metrics.
+   */
+  onWake?: (how: 'eager' | 'started' | 'tenant_full' | 'signal') => void;
 }
 
 /**
@@ -208,17 +215,20 @@ export async function startDeliveryWorkflow(
   budget?: EagerBudget,
 ): Promise<boolean> {
   const options = deliveryStartOptions(taskQueue, job, kind);
-  // Within the tenant's eager places (when bounded): past them, through the task queue, fairly.
-  const askEager = eager && !('startDelay' in options) && (budget?.take(job.id, job.tenantId) ?? true);
+  // A lean fast-lane run's first task runs its attempt here: within the tenant's eager places (when
+  // bounded), past them through the task queue, fairly. Classic and slow-lane first tasks only schedule
+  // an activity: eager without a place, as before the places.
+  const bounded = budget !== undefined && kind === 'lean' && job.lane !== 'slow';
+  const askEager = eager && !('startDelay' in options) && (!bounded || budget.take(job.id, job.tenantId));
   try {
     const handle = await client.workflow.start(DELIVERY_WORKFLOW_TYPES[kind], {
       ...options,
       ...(askEager ? { requestEagerStart: true } : {}),
     });
-    if (askEager && !handle.eagerlyStarted) budget?.done(job.id);
+    if (bounded && askEager && !handle.eagerlyStarted) budget.done(job.id);
     return handle.eagerlyStarted;
   } catch (err) {
-    if (askEager) budget?.done(job.id);
+    if (bounded && askEager) budget.done(job.id);
     if (err instanceof WorkflowExecutionAlreadyStartedError) return false;
     throw err;
   }
@@ -245,29 +255,34 @@ export async function wakeOrStartDeliveries(s: DeliveryStarter, jobs: JobToStart
   const woken = await Promise.all(
     jobs.map(async (job) => {
       const options = deliveryStartOptions(s.taskQueue, withoutBehind(job, s.plan), s.kind);
-      if (s.eager && job.undispatched && s.eager.take(job.id, job.tenantId)) {
-        // Not started yet (the usual case for a held job: HELD_START_RATE kept it in the outbox): an
-        // eager start, whose first task comes back to this worker in the answer, with no trip through
-        // matching. It needs no wake: its first attempt reads the line, whose job ahead has ended.
+      // Not started yet (the usual case for a held job: HELD_START_RATE kept it in the outbox), under
+      // lean: an eager start, whose first task (its attempt, a local activity) comes back to this worker
+      // in the answer, with no trip through matching. It needs no wake: its first attempt reads the
+      // line, whose job ahead has ended. Within its tenant's eager places, taking over the place of the
+      // job whose end woke it.
+      const eligible = s.eager !== undefined && job.undispatched === true && s.kind === 'lean';
+      let how: 'tenant_full' | 'signal' = eligible ? 'tenant_full' : 'signal';
+      if (eligible && s.eager!.take(job.id, job.tenantId, job.wokenBy)) {
+        how = 'signal';
         try {
           const handle = await s.client.workflow.start(DELIVERY_WORKFLOW_TYPES[s.kind], {
             ...options,
             requestEagerStart: true,
           });
-          if (!handle.eagerlyStarted) s.eager.done(job.id);
+          if (!handle.eagerlyStarted) s.eager!.done(job.id);
           s.onWake?.(handle.eagerlyStarted ? 'eager' : 'started');
           return job.id;
-        } catch (err) {
-          s.eager.done(job.id);
-          // Started meanwhile (by the claim run, say): it may wait in its start delay or for a wake.
-          if (!(err instanceof WorkflowExecutionAlreadyStartedError)) return undefined;
+        } catch {
+          // Started meanwhile (by the claim run, say: it may wait in its start delay or for a wake),
+          // or the start failed: the signal-with-start below wakes or starts it, as without eager starts.
+          s.eager!.done(job.id);
         }
       }
       return s.client.workflow
         .signalWithStart(DELIVERY_WORKFLOW_TYPES[s.kind], { ...options, signal: wakeSignal, signalArgs: [] })
         .then(
           () => {
-            s.onWake?.('signal');
+            s.onWake?.(how);
             return job.id;
           },
           // Closed: it has started (and ended) all the same.

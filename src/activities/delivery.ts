@@ -351,7 +351,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
   }
 
   /** Wakes (or starts) jobs of the context's config, which may be held in their start delay. */
-  function wakeOrStartLater(ctx: Context, jobIds: string[], undispatched = false): void {
+  function wakeOrStartLater(ctx: Context, jobIds: string[], undispatchedAfter?: string): void {
     if (jobIds.length === 0) return;
     const host = hostOf(ctx.url);
     const jobs = jobIds.map((id) => ({
@@ -360,7 +360,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       taskId: ctx.task_id,
       configId: ctx.config_id,
       host,
-      ...(undispatched ? { undispatched } : {}),
+      ...(undispatchedAfter !== undefined ? { undispatched: true, wokenBy: undispatchedAfter } : {}),
     }));
     void deps.wakeOrStart(jobs).catch(() => undefined);
   }
@@ -463,7 +463,8 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       if (out.outcome === undefined) await leaveTarget(input, ctx.url);
       if (endedUndelivered(out.status, out.attempts)) await checkConfigHealth(ctx, input.jobId, input.now);
     }
-    if (out.waitMs === undefined && isFinished(out.status) && ctx.ordered) await wakeLine(ctx, out.status);
+    if (out.waitMs === undefined && isFinished(out.status) && ctx.ordered)
+      await wakeLine(ctx, out.status, input.jobId);
     return { ...out, maxAttempts: deps.retry.maxAttempts };
   }
 
@@ -472,7 +473,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
    * starts now. When the config itself ended (deleted, paused, stopped), its whole waiting line is
    * woken to end without attempts. A lost wake is repaired by the waiters' own rechecks.
    */
-  async function wakeLine(ctx: Context, status: JobStatus): Promise<void> {
+  async function wakeLine(ctx: Context, status: JobStatus, jobId: string): Promise<void> {
     if (['cancelled', 'auth_failed', 'stopped'].includes(status)) {
       wakeOrStartLater(ctx, await unfinishedJobsOf(db, ctx.config_row_id));
       return;
@@ -480,7 +481,8 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     // Read after the job's end committed: a job that joined the line and saw this one unfinished just
     // before the commit is seen only by a read after it.
     const next = nextInLine(BigInt(ctx.seq), await lineAfter(db, ctx.config_row_id, ctx.seq));
-    if (next) wakeOrStartLater(ctx, [next.id], next.dispatched === false);
+    // Not started yet: it may start eagerly here, in the place this job held (src/temporal.ts).
+    if (next) wakeOrStartLater(ctx, [next.id], next.dispatched === false ? jobId : undefined);
   }
 
   async function attemptOnce(input: AttemptInput, ctx: Context): Promise<AttemptOutput> {

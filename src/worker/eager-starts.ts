@@ -4,9 +4,11 @@
  * worker, past Temporal's task queue and so past its tenant fairness: without a bound, one tenant's
  * burst could take every eager slot the worker has, and another tenant's fresh job would then wait in the
  * queue. A job holds its tenant's place from its eager start until its first attempt call ends in this
- * process (the call that ran inside the eagerly started task), or `forgetMs` at the latest (the task never
- * came here: evicted, or a classic attempt run by another worker). Past `perTenant` places the start goes
- * through the task queue, where the fairness key orders it among the other tenants' work.
+ * process (the local attempt that ran inside the eagerly started task), until the wake it sends at its
+ * end hands the place to the next job of its line, or `forgetMs` at the latest (the task never came
+ * here). Past `perTenant` places the start goes through the task queue, where the fairness key orders
+ * it among the other tenants' work. Only lean fast-lane starts take places: a classic or slow-lane run's
+ * first task only schedules an activity.
  */
 export class EagerStarts {
   private readonly jobs = new Map<string, { tenant: string; at: number }>();
@@ -18,9 +20,14 @@ export class EagerStarts {
     private readonly now: () => number = Date.now,
   ) {}
 
-  /** A place for an eager start of `jobId`, or false: its tenant has `perTenant` in flight here. */
-  take(jobId: string, tenant: string): boolean {
-    if (this.jobs.has(jobId)) return true;
+  /**
+   * A place for an eager start of `jobId`, or false: its tenant has `perTenant` in flight here, or the
+   * job already holds one (another starter asks for it: that one's start is not eager). `from`: the job
+   * whose end wakes this one hands its place over first (a line moving on keeps one place, not two).
+   */
+  take(jobId: string, tenant: string, from?: string): boolean {
+    if (this.jobs.has(jobId)) return false;
+    if (from !== undefined) this.done(from);
     this.forgetOld();
     const n = this.counts.get(tenant) ?? 0;
     if (n >= this.perTenant) return false;
@@ -56,4 +63,4 @@ export class EagerStarts {
 }
 
 /** Past an attempt's start-to-close timeout (2 min): a place not given back by then is forgotten. */
-export const FORGET_EAGER_START_MS = 2 * 60_000;
+export const FORGET_EAGER_START_MS = 3 * 60_000;

@@ -40,6 +40,9 @@ export class LocalAttemptClock {
 /** Past the attempt's start-to-close timeout (2 min): a local attempt still timed is forgotten. */
 export const FORGET_LOCAL_ATTEMPT_MS = 3 * 60_000;
 
+/** Of the `active` workflow tasks in progress, how many eagerly started ones can never take from the polls. */
+export const POLL_ROOM = 2;
+
 /** How long a local attempt is out before its run stops counting as in progress. */
 export const STUCK_LOCAL_ATTEMPT_MS = 1_000;
 
@@ -57,12 +60,12 @@ export const STUCK_LOCAL_ATTEMPT_MS = 1_000;
  *
  * A poll holds its slot while it waits (that is how the SDK counts them). An eager start asks with
  * `tryReserveSlot` and gets one of `eager` slots of its own (its permit says so), even while `active`
- * tasks are in progress; its task counts as in progress all the same, so the worker polls less while
- * eagerly started work runs, and does not take on more than before. Which tenants may start eagerly,
- * and how many at once, is the starters' bound (src/worker/eager-starts.ts: fewer per tenant than
- * `active`, so one tenant's eager starts alone never stop the polls). A refused eager start goes through
- * the task queue. With `eager` 0, an eager start needs one of the `active` slots, as a poll does (as
- * before session 25).
+ * tasks are in progress. Its task counts as in progress all the same, so new polls wait while eagerly
+ * started work runs (up to `active - POLL_ROOM` of it: polls always keep that room); tasks already
+ * polled keep their slots, so at most `active` polled tasks run beside the eager ones. Which tenants
+ * may start eagerly, and how many at once, is the starters' bound (src/worker/eager-starts.ts). A
+ * refused eager start goes through the task queue. With `eager` 0, an eager start needs one of the
+ * `active` slots, as a poll does (as before session 25).
  */
 export function workflowSlotSupplier(
   active: number,
@@ -79,9 +82,14 @@ export function workflowSlotSupplier(
   let eagerUsed = 0;
   const waiters: Array<() => void> = [];
   let timer: NodeJS.Timeout | undefined;
-  // Every task in progress, eagerly started or polled: a poll waits while `active` are.
+  // Every task in progress, eagerly started or polled.
   const inProgress = () => issued + eagerIssued - Math.min(used + eagerUsed, clock.olderThan(stuckMs));
-  const canIssue = () => issued + eagerIssued < hardCap && inProgress() < active;
+  // A poll waits while `active` are in progress; eager tasks count up to `active - POLL_ROOM`, so that
+  // eager work (several tenants' lines, each within its places) never stops the polls altogether: the
+  // task queue still brings in timers, signals, other tenants' queued starts.
+  const eagerCounted = Math.max(0, active - POLL_ROOM);
+  const canIssue = () =>
+    issued + eagerIssued < hardCap && inProgress() - Math.max(0, eagerIssued - eagerCounted) < active;
   const isEager = (permit: unknown) => (permit as { eager?: boolean } | null)?.eager === true;
   const pump = () => {
     while (waiters.length > 0 && canIssue()) {

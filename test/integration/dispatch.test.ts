@@ -17,7 +17,8 @@ import { KnownTargets } from '../../src/api/known-targets';
 import { DEFAULT_SLOT_SETTINGS } from '../../src/db/slots';
 import { makeDeliveryWorkflowId } from '../../src/ids';
 import { lineWakes } from '../../src/metrics';
-import { writeEvent as writeOutbox } from '../../src/db/outbox';
+import { jobsToStart, writeEvent as writeOutbox } from '../../src/db/outbox';
+import { startDeliveryWorkflow } from '../../src/temporal';
 import { freePort } from '../helpers/test-services-port';
 import {
   attemptCalls,
@@ -76,7 +77,7 @@ const delivered = (jobId: string, timeoutMs?: number) =>
  */
 /** The worker's line wakes so far (a2a_push_line_wakes_total), by how. */
 const lineWakesBy = async () => {
-  const by = { eager: 0, started: 0, signal: 0 };
+  const by = { eager: 0, started: 0, tenant_full: 0, signal: 0 };
   for (const v of (await lineWakes.get()).values) by[v.labels.how as keyof typeof by] += v.value;
   return by;
 };
@@ -339,6 +340,79 @@ it('held starts past HELD_START_RATE wait in the outbox; the wake of the job ahe
   };
   await lineOf('direct');
   await lineOf('claim');
+});
+
+it('a wake goes by signal-with-start when its tenant has its eager places in flight, and when the job it would start eagerly has started meanwhile', async () => {
+  // A line of 3 (one held start every 20 s): the head on the wire (gated), the first held job started
+  // in its delay, the last waiting in the outbox. Its wake (the first held job's end) would start it
+  // eagerly; here it cannot.
+  const lineOf = async (setUp: (ids: string[]) => Promise<void>, cleanUp: () => void) => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const rx = await startReceiver({
+      script: (req) => (req.n === 1 ? { status: 200, gate } : { status: 200 }),
+    });
+    const d = sideDispatcher(stack, temporal.client, queue, { heldStartRate: 0.05 });
+    try {
+      const taskId = `held-wake-${crypto.randomUUID()}`;
+      await createConfig(stack, taskId, { id: 'c1', url: rx.url });
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++) {
+        const w = await writeLeased(taskId, d.directLeaseMs, true);
+        ids.push(w.starts[0]!.id);
+        d.startNow('tenant-a', taskId, w.starts);
+      }
+      await rx.waitFor(1);
+      await setUp(ids);
+      const before = await lineWakesBy();
+      release();
+      await rx.waitFor(3, 15_000);
+      for (const id of ids) await delivered(id, 10_000);
+      const events =
+        (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(ids[2]!)).fetchHistory()).events ??
+        [];
+      return {
+        eager: events[0]!.workflowExecutionStartedEventAttributes!.eagerExecutionAccepted ?? false,
+        signalled: events.some((e) => e.workflowExecutionSignaledEventAttributes),
+        wakes: await lineWakesBy().then((after) => ({
+          eager: after.eager - before.eager,
+          tenantFull: after.tenant_full - before.tenant_full,
+          signal: after.signal - before.signal,
+        })),
+      };
+    } finally {
+      release();
+      cleanUp();
+      await d.stop();
+      await rx.close();
+    }
+  };
+  const places = stack.worker.eagerStarts!;
+
+  // Tenant a's eager places are all taken (by runs elsewhere): the last job's wake is a
+  // signal-with-start through the task queue, counted tenant_full.
+  const held = Array.from({ length: places.perTenant }, () => `other-${crypto.randomUUID()}`);
+  const full = await lineOf(
+    async () => {
+      for (const id of held) expect(places.take(id, 'tenant-a')).toBe(true);
+    },
+    () => held.forEach((id) => places.done(id)),
+  );
+  expect(full).toEqual({ eager: false, signalled: true, wakes: { eager: 0, tenantFull: 1, signal: 1 } });
+
+  // The last job's workflow was started (in its start delay) but not yet marked dispatched when its
+  // wake read the line: the eager start finds it started, and the signal-with-start wakes it at once
+  // (its delay runs to its deadline, a minute off: delivered within seconds only because it was woken).
+  const raced = await lineOf(
+    async (ids) => {
+      const [, , last] = ids as [string, string, string];
+      const job = (await jobsToStart(stack.tdb.db, [last]))[0]!;
+      expect(await startDeliveryWorkflow(temporal.client, queue, { ...job, behind: ids[1]! })).toBe(false);
+      expect(await leaseOf(last)).toMatchObject({ dispatched: false });
+    },
+    () => undefined,
+  );
+  expect(raced).toEqual({ eager: false, signalled: true, wakes: { eager: 0, tenantFull: 0, signal: 2 } });
 });
 
 it('a held-back job whose job ahead ended before its write committed is woken, not left to its turn', async () => {

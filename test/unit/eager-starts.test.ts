@@ -15,10 +15,10 @@ describe('EagerStarts (eager starts in flight per tenant, in one process)', () =
     expect(e.inFlight('a')).toBe(2);
   });
 
-  it('a job counts once, and giving back a job it does not hold changes nothing', () => {
-    const e = new EagerStarts(1);
+  it('a job counts once: a second starter of a job that holds a place gets none (its start is not eager), and giving back a job it does not hold changes nothing', () => {
+    const e = new EagerStarts(2);
     expect(e.take('j1', 'a')).toBe(true);
-    expect(e.take('j1', 'a')).toBe(true);
+    expect(e.take('j1', 'a')).toBe(false);
     expect(e.inFlight('a')).toBe(1);
     e.done('unknown');
     e.done('j1');
@@ -36,5 +36,34 @@ describe('EagerStarts (eager starts in flight per tenant, in one process)', () =
     now = 1_001;
     expect(e.take('j2', 'a')).toBe(true);
     expect(e.inFlight('a')).toBe(1);
+  });
+
+  it('a line moving on hands its place over: the job that ended wakes the next in its place', () => {
+    const e = new EagerStarts(1);
+    expect(e.take('j1', 'a')).toBe(true);
+    expect(e.take('k1', 'a')).toBe(false);
+    // j1 ended and wakes j2: j2 takes j1's place (without the hand-over, a tenant at its bound would
+    // need two places for one line).
+    expect(e.take('j2', 'a', 'j1')).toBe(true);
+    expect(e.inFlight('a')).toBe(1);
+    // j1's own release at the end of its call then finds nothing to give back.
+    e.done('j1');
+    expect(e.inFlight('a')).toBe(1);
+  });
+
+  it('forgets by the time a place was taken, also after places given back and taken again', () => {
+    let now = 0;
+    const e = new EagerStarts(3, 1_000, () => now);
+    e.take('j1', 'a');
+    now = 100;
+    e.take('j2', 'a');
+    e.done('j1');
+    now = 200;
+    e.take('j1', 'a'); // taken again: now the youngest
+    now = 1_150;
+    // j2 (taken at 100) is forgotten; j1 (taken again at 200) is not.
+    expect(e.inFlight('a')).toBe(1);
+    now = 1_250;
+    expect(e.inFlight('a')).toBe(0);
   });
 });

@@ -1,4 +1,4 @@
-import { LocalAttemptClock, workflowSlotSupplier } from '../../src/worker/workflow-slots';
+import { LocalAttemptClock, POLL_ROOM, workflowSlotSupplier } from '../../src/worker/workflow-slots';
 
 const ctx = {
   slotType: 'workflow' as const,
@@ -106,10 +106,16 @@ describe('workflowSlotSupplier (the lean type’s workflow task slots)', () => {
 
 describe('workflowSlotSupplier with eager slots (EAGER_START_SLOTS)', () => {
   it('an eager start gets a slot of its own while `active` are in progress; its task counts as in progress, so a poll waits', async () => {
-    const s = workflowSlotSupplier(1, 10, new LocalAttemptClock(), 1_000, 2);
-    await s.reserveSlot(ctx, new AbortController().signal);
-    s.markSlotUsed({ permit: {}, slotInfo: info });
-    // The one poll slot is busy; eager starts still get theirs, up to 2.
+    // active 3: eagerly started tasks count against the polls up to 3 - POLL_ROOM = 1.
+    expect(POLL_ROOM).toBe(2);
+    const s = workflowSlotSupplier(3, 10, new LocalAttemptClock(), 1_000, 2);
+    const polled = async () => {
+      await s.reserveSlot(ctx, new AbortController().signal);
+      s.markSlotUsed({ permit: {}, slotInfo: info });
+    };
+    await polled();
+    await polled();
+    // Two polled tasks run; eager starts still get their own slots, up to 2.
     const e1 = s.tryReserveSlot(ctx);
     const e2 = s.tryReserveSlot(ctx);
     expect(e1).toEqual({ eager: true });
@@ -118,22 +124,43 @@ describe('workflowSlotSupplier with eager slots (EAGER_START_SLOTS)', () => {
     s.markSlotUsed({ permit: e1!, slotInfo: info });
     s.markSlotUsed({ permit: e2!, slotInfo: info });
     expect(s.eagerInProgress()).toBe(2);
-    expect(s.inProgress()).toBe(3);
-    // The polled task ends: with two eager tasks running, the next poll still waits.
-    s.releaseSlot({ permit: {}, slotInfo: info });
+    expect(s.inProgress()).toBe(4);
+    // 2 polled + 1 eager counted = 3: the next poll waits.
     let granted = false;
     const poll = s.reserveSlot(ctx, new AbortController().signal).then(() => (granted = true));
     await new Promise((r) => setImmediate(r));
     expect(granted).toBe(false);
-    // An eager task's slot given back frees an eager slot; once both ended the poll goes on.
+    // An eager task's slot given back frees an eager slot (the other still counts): the poll waits on.
     s.releaseSlot({ permit: e1!, slotInfo: info });
     expect(s.eagerInProgress()).toBe(1);
-    expect(s.tryReserveSlot(ctx)).toEqual({ eager: true });
-    s.releaseSlot({ permit: { eager: true } });
-    s.releaseSlot({ permit: e2!, slotInfo: info });
+    await new Promise((r) => setImmediate(r));
+    expect(granted).toBe(false);
+    // A polled task ends: now the poll goes on.
+    s.releaseSlot({ permit: {}, slotInfo: info });
     await poll;
     expect(granted).toBe(true);
-    expect(s.inProgress()).toBe(1);
+    // An eager permit given back unused (the server did not start eagerly) frees its slot.
+    const e3 = s.tryReserveSlot(ctx);
+    expect(e3).toEqual({ eager: true });
+    expect(s.tryReserveSlot(ctx)).toBeNull();
+    s.releaseSlot({ permit: e3! });
+    expect(s.eagerInProgress()).toBe(1);
+  });
+
+  it('eager tasks past `active - POLL_ROOM` never keep the polls out: several tenants’ eager work leaves the queue its room', async () => {
+    const s = workflowSlotSupplier(4, 50, new LocalAttemptClock(), 1_000, 10);
+    for (let i = 0; i < 10; i++) {
+      const p = s.tryReserveSlot(ctx);
+      expect(p).toEqual({ eager: true });
+      s.markSlotUsed({ permit: p!, slotInfo: info });
+    }
+    // 10 eager tasks in progress count as 2 (4 - POLL_ROOM) against the polls: 2 polls still get slots.
+    await s.reserveSlot(ctx, new AbortController().signal);
+    await s.reserveSlot(ctx, new AbortController().signal);
+    let granted = false;
+    void s.reserveSlot(ctx, new AbortController().signal).then(() => (granted = true));
+    await new Promise((r) => setImmediate(r));
+    expect(granted).toBe(false);
   });
 
   it('the hard cap bounds polls and eager starts together', async () => {

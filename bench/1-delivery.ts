@@ -88,7 +88,7 @@ export interface DeliveryThroughputResult {
   /** Calls that waited in line for a host slot (the workers' a2a_push_host_slot_waits_total). */
   slotWaits: number;
   /** The workers' line wakes (a2a_push_line_wakes_total) by how: eager starts, other starts, signals. */
-  lineWakes: { eager: number; started: number; signal: number };
+  lineWakes: { eager: number; started: number; tenantFull: number; signal: number };
   /** Mean time an attempt held its host slot (a2a_push_host_slot_held_seconds), ms. */
   slotHeldMs: number;
   /** What the receiver saw of each config's X-A2A-Push-Sequence: resends, arrivals out of order, gaps. */
@@ -337,6 +337,7 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
     const lineWakes = {
       eager: await wakes('eager'),
       started: await wakes('started'),
+      tenantFull: await wakes('tenant_full'),
       signal: await wakes('signal'),
     };
     const heldS = await workerCounter(services, 'a2a_push_host_slot_held_seconds_sum').catch(() => NaN);
@@ -737,7 +738,7 @@ export const deliveryBenchmark: Benchmark = {
         `receiver, by X-A2A-Push-Sequence: per_config ${orderNote(ours.order)}; none ${orderNote(unordered.order)}.`,
         '(b) and (c) send once and keep nothing durable: they are the ceiling of one process posting, not a like-for-like sender.',
         `(b) latency p99 ${b.latencyMs.p99} ms, (c) p99 ${c.latencyMs.p99} ms.`,
-        `line wakes (per_config, a2a_push_line_wakes_total): ${ours.lineWakes.eager} eager starts, ${ours.lineWakes.started} starts through the task queue, ${ours.lineWakes.signal} signal-with-starts.`,
+        `line wakes (per_config, a2a_push_line_wakes_total): ${ours.lineWakes.eager} eager starts, ${ours.lineWakes.started} starts through the task queue, ${ours.lineWakes.tenantFull} signal-with-starts with the tenant's eager places taken, ${ours.lineWakes.signal} signal-with-starts of jobs already started.`,
         `host slot waits (OUTBOUND_HOST_CONCURRENCY): per_config ${ours.slotWaits}, none ${unordered.slotWaits}, none with the bound raised ${unbound.slotWaits}; mean time an attempt held its slot: per_config ${ours.slotHeldMs} ms, none ${unordered.slotHeldMs} ms.`,
         `ours: ${ours.writeRefusals} (per_config) and ${unordered.writeRefusals} (none) event writes answered 503 and retried after their Retry-After.`,
       ],

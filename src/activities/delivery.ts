@@ -22,7 +22,7 @@ import { hostOf } from '../ids';
 import { slotHeld, targetOf, type CallHealth, type HostSlots } from '../db/slots';
 import { lineAfter, lineJobOf, ON_WIRE_LIMIT_MS, unfinishedJobsOf, type LineRow } from '../db/outbox';
 import { heldBy, nextInLine, recheckMs } from '../delivery/order';
-import type { JobToStart } from '../temporal';
+import type { EagerBudget, JobToStart } from '../temporal';
 import type { LocalAttemptClock } from '../worker/workflow-slots';
 
 /** Workflow time and a sample of the workflow's deterministic random: every decision is in Temporal time. */
@@ -86,6 +86,11 @@ export interface DeliveryDeps {
   failingAfterMs: number;
   /** Times this worker's local attempts (the lean type's), for its workflow task slots; optional. */
   localAttempts?: LocalAttemptClock;
+  /**
+   * The eager starts in flight per tenant in this process (src/worker/eager-starts.ts): a job started
+   * eagerly holds its tenant's place until its attempt call here ends; optional.
+   */
+  eagerStarts?: Pick<EagerBudget, 'done'>;
 }
 
 /** How often a job waiting in line for a slot asks again when no grant woke it (a lost signal). */
@@ -438,13 +443,14 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
   async function attemptDelivery(input: AttemptInput): Promise<AttemptOutput> {
     // A local attempt (the lean type's fast lane) holds its run's workflow task slot: timed, so that a
     // run whose attempt hangs stops counting as in progress (src/worker/workflow-slots.ts).
-    const clock = deps.localAttempts;
-    if (!clock || !isLocalActivity()) return attempt(input);
-    const id = clock.begin();
+    const clock = isLocalActivity() ? deps.localAttempts : undefined;
+    const id = clock?.begin();
     try {
       return await attempt(input);
     } finally {
-      clock.end(id);
+      if (id !== undefined) clock!.end(id);
+      // Started eagerly, the job held its tenant's place until now (unless its end handed it on).
+      deps.eagerStarts?.done(input.jobId);
     }
   }
 

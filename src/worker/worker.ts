@@ -14,7 +14,7 @@ import type { Logger } from 'pino';
 import { readRequestId, withRequestContext } from '../request-context';
 import { temporalWorkerTracing } from '../tracing';
 import express from 'express';
-import { createDeliveryActivities, type AttemptInput, type AttemptOutput } from '../activities/delivery';
+import { createDeliveryActivities } from '../activities/delivery';
 import { LocalAttemptClock, workflowSlotSupplier } from './workflow-slots';
 import { EagerStarts } from './eager-starts';
 import { createRegistrationActivities } from '../activities/registration';
@@ -125,21 +125,9 @@ export function activitiesFor(
     wakeOrStart: async (jobs) => markDispatched(rt.db, await wakeOrStartDeliveries(starter, jobs)),
     failingAfterMs: s.CONFIG_FAILING_AFTER,
     ...(localAttempts ? { localAttempts } : {}),
+    ...(eagerStarts ? { eagerStarts } : {}),
   });
-  if (!eagerStarts) return { ...delivery, ...registration };
-  // A job started eagerly holds its tenant's place until its first attempt call here ends.
-  const { attemptDelivery } = delivery;
-  return {
-    ...delivery,
-    ...registration,
-    async attemptDelivery(input: AttemptInput): Promise<AttemptOutput> {
-      try {
-        return await attemptDelivery(input);
-      } finally {
-        eagerStarts.done(input.jobId);
-      }
-    },
-  };
+  return { ...delivery, ...registration };
 }
 
 /**

@@ -247,17 +247,26 @@ it("a job to a target without a recent 2xx starts in the slow lane on both paths
   }
 });
 
+/**
+ * For a line of held jobs: a receiver that holds its first POST until `release()`, and a side dispatcher
+ * that starts one held job every 20 s (bursts of 1).
+ */
+const gatedLine = async () => {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const rx = await startReceiver({
+    script: (req) => (req.n === 1 ? { status: 200, gate } : { status: 200 }),
+  });
+  const d = sideDispatcher(stack, temporal.client, queue, { heldStartRate: 0.05 });
+  return { rx, d, release };
+};
+
 it('held starts past HELD_START_RATE wait in the outbox; the wake of the job ahead starts them, on both paths, in order', async () => {
   // One every 20 s, bursts of 1: of a line's 5 held jobs, the first starts at once (in its start
   // delay), the other 4 get turns 20-80 s off. The line delivers in a few seconds, so each of those 4
   // is started by the wake of the job ahead of it, and marked dispatched by that worker.
   const lineOf = async (path: 'direct' | 'claim') => {
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    const rx = await startReceiver({
-      script: (req) => (req.n === 1 ? { status: 200, gate } : { status: 200 }),
-    });
-    const d = sideDispatcher(stack, temporal.client, queue, { heldStartRate: 0.05 });
+    const { rx, d, release } = await gatedLine();
     try {
       const taskId = `held-${path}-${crypto.randomUUID()}`;
       await createConfig(stack, taskId, { id: 'c1', url: rx.url });
@@ -347,12 +356,7 @@ it('a wake goes by signal-with-start when its tenant has its eager places in fli
   // in its delay, the last waiting in the outbox. Its wake (the first held job's end) would start it
   // eagerly; here it cannot.
   const lineOf = async (setUp: (ids: string[]) => Promise<void>, cleanUp: () => void) => {
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    const rx = await startReceiver({
-      script: (req) => (req.n === 1 ? { status: 200, gate } : { status: 200 }),
-    });
-    const d = sideDispatcher(stack, temporal.client, queue, { heldStartRate: 0.05 });
+    const { rx, d, release } = await gatedLine();
     try {
       const taskId = `held-wake-${crypto.randomUUID()}`;
       await createConfig(stack, taskId, { id: 'c1', url: rx.url });

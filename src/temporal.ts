@@ -220,16 +220,35 @@ export async function startDeliveryWorkflow(
   // an activity: eager without a place, as before the places.
   const bounded = budget !== undefined && kind === 'lean' && job.lane !== 'slow';
   const askEager = eager && !('startDelay' in options) && (!bounded || budget.take(job.id, job.tenantId));
+  const started = await startRun(client, kind, options, askEager, bounded && askEager ? budget : undefined);
+  return started === 'eager';
+}
+
+/**
+ * One workflow start, asking for an eager one when `eager`: `eager` (its first task came back to this
+ * process's worker), `started` (through the task queue: the server or the worker's slots refused eager),
+ * or `exists` (WorkflowExecutionAlreadyStartedError). `place`: the tenant's eager place the job took for
+ * this start; given back unless the start was eager (then the job's first attempt call gives it back).
+ * Other failures throw, the place given back.
+ */
+async function startRun(
+  client: Client,
+  kind: DeliveryWorkflowKind,
+  options: WorkflowOptions & { args: [DeliveryInput] },
+  eager: boolean,
+  place: EagerBudget | undefined,
+): Promise<'eager' | 'started' | 'exists'> {
+  const jobId = options.args[0].jobId;
   try {
     const handle = await client.workflow.start(DELIVERY_WORKFLOW_TYPES[kind], {
       ...options,
-      ...(askEager ? { requestEagerStart: true } : {}),
+      ...(eager ? { requestEagerStart: true } : {}),
     });
-    if (bounded && askEager && !handle.eagerlyStarted) budget.done(job.id);
-    return handle.eagerlyStarted;
+    if (!handle.eagerlyStarted) place?.done(jobId);
+    return handle.eagerlyStarted ? 'eager' : 'started';
   } catch (err) {
-    if (bounded && askEager) budget.done(job.id);
-    if (err instanceof WorkflowExecutionAlreadyStartedError) return false;
+    place?.done(jobId);
+    if (err instanceof WorkflowExecutionAlreadyStartedError) return 'exists';
     throw err;
   }
 }
@@ -264,18 +283,14 @@ export async function wakeOrStartDeliveries(s: DeliveryStarter, jobs: JobToStart
       let how: 'tenant_full' | 'signal' = eligible ? 'tenant_full' : 'signal';
       if (eligible && s.eager!.take(job.id, job.tenantId, job.wokenBy)) {
         how = 'signal';
-        try {
-          const handle = await s.client.workflow.start(DELIVERY_WORKFLOW_TYPES[s.kind], {
-            ...options,
-            requestEagerStart: true,
-          });
-          if (!handle.eagerlyStarted) s.eager!.done(job.id);
-          s.onWake?.(handle.eagerlyStarted ? 'eager' : 'started');
+        // `exists` (started meanwhile, by the claim run, say: it may wait in its start delay or for a
+        // wake) or a failed start: the signal-with-start below wakes or starts it, as without eager starts.
+        const started = await startRun(s.client, s.kind, options, true, s.eager).catch(
+          () => 'failed' as const,
+        );
+        if (started === 'eager' || started === 'started') {
+          s.onWake?.(started);
           return job.id;
-        } catch {
-          // Started meanwhile (by the claim run, say: it may wait in its start delay or for a wake),
-          // or the start failed: the signal-with-start below wakes or starts it, as without eager starts.
-          s.eager!.done(job.id);
         }
       }
       return s.client.workflow

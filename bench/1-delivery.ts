@@ -1,4 +1,5 @@
 import { Client, Connection } from '@temporalio/client';
+import { temporal as temporalProto } from '@temporalio/proto';
 import path from 'node:path';
 import { Client as PgClient } from 'pg';
 import { makeDeliveryWorkflowId } from '../src/ids';
@@ -192,11 +193,17 @@ export async function runTail(
   }
 }
 
+const { TimeoutType } = temporalProto.api.enums.v1;
+
 /**
- * How many workflow tasks of each job's workflow timed out (a worker took the task and never answered
- * it: the run waited the workflow task timeout, 20 s under lean, before another try), in words with
- * how the run started (0: none); undefined where the history could not be read. Read from the
- * histories, for the run's slowest jobs only.
+ * How many workflow tasks of each job's workflow timed out, and how, in words (0: none); undefined
+ * where the history could not be read. Read from the histories, for the run's slowest jobs only.
+ * - start-to-close: a worker took the task and never answered it (temporalio/temporal#11733's lost
+ *   task): the run waited the workflow task timeout (20 s under lean) before another try; named with
+ *   how the run started (its first task handed to the worker in the eager start's answer, or through
+ *   matching).
+ * - schedule-to-start: the task waited in the worker's sticky queue for 10 s (the SDK's
+ *   stickyQueueScheduleToStartTimeout) without a poll taking it, then moved to the task queue.
  */
 async function workflowTaskTimeouts(
   temporal: { address: string; namespace?: string },
@@ -211,13 +218,23 @@ async function workflowTaskTimeouts(
         try {
           const h = await client.workflow.getHandle(makeDeliveryWorkflowId(id)).fetchHistory();
           const events = h.events ?? [];
-          const n = events.filter((e) => e.workflowTaskTimedOutEventAttributes).length;
-          // Whether the run was started eagerly (its first task handed to the worker in the start's
-          // answer) or through matching, where temporalio/temporal#11733 loses tasks.
+          const timeouts = events.flatMap((e) =>
+            e.workflowTaskTimedOutEventAttributes ? [e.workflowTaskTimedOutEventAttributes.timeoutType] : [],
+          );
           const eager = events[0]?.workflowExecutionStartedEventAttributes?.eagerExecutionAccepted === true;
-          return n > 0
-            ? `${n} workflow task${n === 1 ? '' : 's'} timed out (${eager ? 'eager start' : 'started through matching'})`
-            : 0;
+          const lost = timeouts.filter((t) => t === TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE).length;
+          const sticky = timeouts.filter((t) => t === TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START).length;
+          const words = [
+            ...(lost > 0
+              ? [
+                  `${lost} workflow task${lost === 1 ? '' : 's'} timed out start-to-close (${eager ? 'eager start' : 'started through matching'})`,
+                ]
+              : []),
+            ...(sticky > 0
+              ? [`${sticky} workflow task${sticky === 1 ? '' : 's'} waited 10 s in the sticky queue`]
+              : []),
+          ];
+          return words.length > 0 ? words.join(', ') : 0;
         } catch {
           return undefined;
         }

@@ -312,11 +312,14 @@ export class Workers {
         type: 'simple-maximum',
         maximum: Math.min(10, Math.max(1, Math.floor(wftSlots.active / 2))),
       },
-      // As many of those poll the task queue as the worker's sticky queue (the SDK's default gives the
-      // task queue a fifth). A new run's first task waits in the task queue, ordered by the tenant
-      // fairness key; a cached run's later tasks wait in the sticky queue, first come. During one
-      // tenant's burst the sticky queue always has that tenant's work: with a fifth of the pollers,
-      // another tenant's new deliveries waited for the task queue's one poller (benchmark 9 (d)).
+      // Ratio 1: all 5 of those poll the task queue, and the sticky queue gets the SDK's minimum of one
+      // more (sdk-core's wft_poller_behavior: task queue max × ratio, sticky the rest, at least 1; the
+      // SDK's default 0.2 gives the task queue 1 and the sticky queue 4). A new run's first task waits
+      // in the task queue, ordered by the tenant fairness key; a cached run's later tasks wait in the
+      // sticky queue, first come. During one tenant's burst the sticky queue always has that tenant's
+      // work: with one poller on the task queue, another tenant's new deliveries waited for it
+      // (benchmark 9 (d)). The price: under a backlog the sticky queue drains slowly, and a task left
+      // there 10 s moves to the task queue (docs/decisions.md, "the sticky queue's one poller").
       nonStickyToStickyPollRatio: 1,
       // A backlog is thousands of deliveries asleep on timers: each cached run holds memory, and one that
       // wakes after eviction replays its few events. 500 keeps the worker's memory bounded (bench 6).

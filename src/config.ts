@@ -294,6 +294,17 @@ export function workflowTaskSlots(s: Pick<Settings, 'WORKER_WORKFLOW_TASK_SLOTS'
     ? { active: 10, hardCap: 300, elastic: true }
     : { active: 10, hardCap: 10, elastic: false };
 }
+/**
+ * The main worker's workflow task pollers (its `simple-maximum`): half its slots in progress, 10 at most,
+ * 2 at least. A waiting poll holds a slot, so with as many pollers as slots an idle worker would have no
+ * free slot and every eager start would be refused. The SDK gives all of them to the task queue
+ * (`nonStickyToStickyPollRatio` 1) and one more to the sticky queue. At least 2: a worker that caches
+ * runs (maxCachedWorkflows > 0) refuses to start with fewer (sdk-core), which WORKER_WORKFLOW_TASK_SLOTS
+ * 2 or 3 gave before session 26.
+ */
+export function workflowTaskPollers(active: number): number {
+  return Math.min(10, Math.max(2, Math.floor(active / 2)));
+}
 export const SETTING_NAMES = Object.keys(settingsSchema.shape) as Array<keyof Settings>;
 
 export class SettingsError extends Error {}

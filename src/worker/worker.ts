@@ -18,7 +18,7 @@ import { createDeliveryActivities } from '../activities/delivery';
 import { LocalAttemptClock, workflowSlotSupplier } from './workflow-slots';
 import { EagerStarts } from './eager-starts';
 import { createRegistrationActivities } from '../activities/registration';
-import { parseTargetBounds, requireSettings, workflowTaskSlots } from '../config';
+import { parseTargetBounds, requireSettings, workflowTaskPollers, workflowTaskSlots } from '../config';
 import { opsRoutes } from '../api/app';
 import { createRegistry, lineWakes } from '../metrics';
 import type { OutboundClient } from '../outbound';
@@ -305,21 +305,18 @@ export class Workers {
             maxConcurrentWorkflowTaskExecutions: wftSlots.active,
             maxConcurrentLocalActivityExecutions: LOCAL_ACTIVITY_SLOTS,
           }),
-      // A waiting poller holds a workflow task slot: with as many pollers as slots (the SDK's default
-      // up to 10) an idle worker has no free slot, and an eager start (EAGER_START) is always refused.
-      // Half the slots poll, 10 at most.
-      workflowTaskPollerBehavior: {
-        type: 'simple-maximum',
-        maximum: Math.min(10, Math.max(1, Math.floor(wftSlots.active / 2))),
-      },
-      // Ratio 1: all 5 of those poll the task queue, and the sticky queue gets the SDK's minimum of one
-      // more (sdk-core's wft_poller_behavior: task queue max × ratio, sticky the rest, at least 1; the
-      // SDK's default 0.2 gives the task queue 1 and the sticky queue 4). A new run's first task waits
-      // in the task queue, ordered by the tenant fairness key; a cached run's later tasks wait in the
-      // sticky queue, first come. During one tenant's burst the sticky queue always has that tenant's
-      // work: with one poller on the task queue, another tenant's new deliveries waited for it
-      // (benchmark 9 (d)). The price: under a backlog the sticky queue drains slowly, and a task left
-      // there 10 s moves to the task queue (docs/decisions.md, "the sticky queue's one poller").
+      // Half the slots in progress poll the task queue, 2-10 (workflowTaskPollers, src/config.ts).
+      workflowTaskPollerBehavior: { type: 'simple-maximum', maximum: workflowTaskPollers(wftSlots.active) },
+      // Ratio 1: all of those poll the task queue (5 with the default slots), and the sticky queue gets
+      // the SDK's minimum of one more (sdk-core's wft_poller_behavior: task queue max × ratio, sticky the
+      // rest, at least 1; the SDK's default 0.2 gives the task queue 1 of 5 and the sticky queue 4); so
+      // 6 of the 10 slots poll. A new run's first task waits in the task queue, ordered by the tenant
+      // fairness key; a cached run's later tasks wait in the sticky queue, first come. During one
+      // tenant's burst the sticky queue always has that tenant's work: with one poller on the task queue,
+      // another tenant's new deliveries waited for it (benchmark 9 (d)). The price: under a backlog the
+      // sticky queue drains slowly (one poll at a time; sdk-core also holds task queue polls back to one
+      // while the sticky queue reports a backlog), and a task left there 10 s moves to the task queue
+      // (docs/decisions.md, "the sticky queue's one poller").
       nonStickyToStickyPollRatio: 1,
       // A backlog is thousands of deliveries asleep on timers: each cached run holds memory, and one that
       // wakes after eviction replays its few events. 500 keeps the worker's memory bounded (bench 6).

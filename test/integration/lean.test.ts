@@ -217,3 +217,17 @@ describe('eager start (the api beside the worker, EAGER_START on)', () => {
     }
   });
 });
+
+it('a worker with the fewest workflow task slots the setting allows (WORKER_WORKFLOW_TASK_SLOTS=2) starts and delivers', async () => {
+  // Half of 2 slots would be one poller; a worker that caches runs needs two (sdk-core refuses to
+  // start otherwise), so the pollers are at least 2 (workflowTaskPollers).
+  const small = await startStack(temporal, `${queue}-two-slots`, {
+    env: { DELIVERY_WORKFLOW: 'lean', WORKER_WORKFLOW_TASK_SLOTS: '2' },
+  });
+  try {
+    receiver.setScript(() => ({ status: 200 }));
+    await deliverOne(small, 'lean-two-slots', receiver.url);
+  } finally {
+    await small.close();
+  }
+});

@@ -3,6 +3,7 @@ import {
   parseDuration,
   parseTargetBounds,
   SETTING_NAMES,
+  workflowTaskPollers,
   workflowTaskSlots,
 } from '../../src/config';
 import { hostAndTarget, targetOf } from '../../src/db/slots';
@@ -37,6 +38,14 @@ describe('settings', () => {
       LOG_LEVEL: 'info',
     });
   });
+  it("polls with half the worker's workflow task slots in progress, at least 2 and at most 10", () => {
+    expect(workflowTaskPollers(10)).toBe(5);
+    // sdk-core refuses a caching worker with fewer than 2 pollers: 2 and 3 slots get 2.
+    expect(workflowTaskPollers(2)).toBe(2);
+    expect(workflowTaskPollers(3)).toBe(2);
+    expect(workflowTaskPollers(40)).toBe(10);
+  });
+
   it("sizes the worker's workflow task slots by the delivery type unless set", () => {
     // Lean (the default since session 20): 10 in progress, a run whose local attempt hangs not counting,
     // 300 in all.

@@ -218,22 +218,18 @@ async function workflowTaskTimeouts(
         try {
           const h = await client.workflow.getHandle(makeDeliveryWorkflowId(id)).fetchHistory();
           const events = h.events ?? [];
-          const timeouts = events.flatMap((e) =>
-            e.workflowTaskTimedOutEventAttributes ? [e.workflowTaskTimedOutEventAttributes.timeoutType] : [],
-          );
+          const count = (type: number) =>
+            events.filter((e) => e.workflowTaskTimedOutEventAttributes?.timeoutType === type).length;
+          const tasks = (n: number) => `${n} workflow task${n === 1 ? '' : 's'}`;
           const eager = events[0]?.workflowExecutionStartedEventAttributes?.eagerExecutionAccepted === true;
-          const lost = timeouts.filter((t) => t === TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE).length;
-          const sticky = timeouts.filter((t) => t === TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START).length;
-          const words = [
-            ...(lost > 0
-              ? [
-                  `${lost} workflow task${lost === 1 ? '' : 's'} timed out start-to-close (${eager ? 'eager start' : 'started through matching'})`,
-                ]
-              : []),
-            ...(sticky > 0
-              ? [`${sticky} workflow task${sticky === 1 ? '' : 's'} waited 10 s in the sticky queue`]
-              : []),
-          ];
+          const lost = count(TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE);
+          const sticky = count(TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START);
+          const words: string[] = [];
+          if (lost > 0)
+            words.push(
+              `${tasks(lost)} timed out start-to-close (${eager ? 'eager start' : 'started through matching'})`,
+            );
+          if (sticky > 0) words.push(`${tasks(sticky)} waited 10 s in the sticky queue`);
           return words.length > 0 ? words.join(', ') : 0;
         } catch {
           return undefined;

@@ -169,8 +169,9 @@ export const settingsSchema = z
     // fast-lane runs one tenant may have in flight per process (the dispatcher's starts and the worker's
     // line wakes together): past it a start goes through the task queue, ordered fairly.
     EAGER_START_SLOTS: int(40, 0, 200),
-    // 4 rather than 8 (session 26): full benchmark 9 (d), tenant B's p50 3.35-3.48 × idle against
-    // 4.46-5.45 ×, benchmark 1 unchanged within its spread.
+    // 4 rather than 8 (session 26): full benchmark 9 (d), tenant B's p50 3.35-4.72 × idle against
+    // 4.46-5.45 × (6: 4.45-4.65 ×). It costs one tenant alone: benchmark 1 about a tenth against 6, a
+    // quarter of its line wakes going through matching (session 27, docs/decisions.md).
     EAGER_START_PER_TENANT: int(4, 1, 200),
     // Calls to one target (host or address, plus port) on the wire at once, across all workers.
     OUTBOUND_HOST_CONCURRENCY: int(8, 1, 10_000),

@@ -118,6 +118,8 @@ export class Dispatcher {
   private turns: number[] = [];
   private turnTimer: NodeJS.Timeout | undefined;
   private turnAt = Infinity;
+  /** Claim runs failed in a row (their retry waits double). */
+  private failedRuns = 0;
   readonly concurrency: number;
   readonly batchSize: number;
   readonly leaseMs: number;
@@ -156,8 +158,15 @@ export class Dispatcher {
         try {
           while ((await this.runOnce()) === this.batchSize && !this.stopped);
           await this.startRegistrations();
+          this.failedRuns = 0;
         } catch (err) {
-          this.o.logger.warn({ err: (err as Error).message }, 'dispatcher run failed; the sweep retries');
+          // The turns that kicked this run are spent, and the jobs it was to start may be due now: a
+          // run again soon (1 s, doubling while runs keep failing, at most the sweep's interval) rather
+          // than only at the next sweep.
+          const retryMs = Math.min(1_000 * 2 ** Math.min(this.failedRuns++, 16), this.o.sweepIntervalMs);
+          this.turns.push(Date.now() + retryMs);
+          this.armTurns();
+          this.o.logger.warn({ err: (err as Error).message, retryMs }, 'dispatcher run failed; retrying');
         }
       } while (this.again && !this.stopped);
       this.running = undefined;
@@ -256,6 +265,7 @@ export class Dispatcher {
   ): Set<string> {
     const later = new Map<string, number>();
     const now = Date.now();
+    const sent = performance.now();
     for (const [rate, jobs, latest] of [
       [this.slowStarts, slowJobs, Infinity],
       [this.heldStarts, heldJobs, now + BEHIND_START_DELAY_MS],
@@ -284,12 +294,13 @@ export class Dispatcher {
           // time the statement took later than `now` here (under load, 100 ms and more; a turn kicked
           // at `now` + the wait then found its job not yet due, and the last one of a burst waited
           // for the sweep). From the answer's time, the kick never comes before the job is due.
-          const late = Date.now() - now;
+          // (Measured on the monotonic clock: a wall clock stepped back must not shorten it.)
+          const late = performance.now() - sent;
           for (const t of later.values()) this.turns.push(t + late);
           this.armTurns();
           for (const j of slowJobs)
             if (later.has(j.id) && j.target && this.slowHeld.size < SLOW_HELD_TRACKED)
-              this.slowHeld.set(j.id, { target: j.target, turn: later.get(j.id)! });
+              this.slowHeld.set(j.id, { target: j.target, turn: later.get(j.id)! + late });
           const ended = await this.aheadEnded(heldJobs.filter((j) => later.has(j.id)));
           if (ended.size > 0) await this.wake([...ended]);
         },

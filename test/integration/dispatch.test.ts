@@ -597,3 +597,106 @@ it('slow-lane jobs held back for their turn start together once their target ans
     await rx.close();
   }
 });
+
+/**
+ * The stack's pool with a hook in front of each query: the hook may hold a statement back or fail it
+ * before it reaches the (real) database. Fault injection for the dispatcher's timing and failure paths.
+ */
+const poolWith = (hook: (query: unknown) => Promise<void>) =>
+  new Proxy(stack.tdb.db, {
+    get(target, prop) {
+      if (prop === 'query')
+        return async (query: unknown, ...rest: unknown[]) => {
+          await hook(query);
+          return (target.query as (...a: unknown[]) => Promise<unknown>)(query, ...rest);
+        };
+      const v: unknown = Reflect.get(target, prop, target);
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+const statementName = (query: unknown) =>
+  typeof query === 'object' && query !== null ? (query as { name?: string }).name : undefined;
+
+it('held-back jobs are kicked from when their turns were written: a turns statement 400 ms late in the pool still starts each at its turn', async () => {
+  // As the SLOW_LANE_START_RATE test (2 a second, bursts of 4; 3 of 7 wait), but the statement writing
+  // the turns reaches the database 400 ms after the dispatcher read its clock, as under load. The
+  // database sets each turn from its own clock then: 400 ms later than the dispatcher's `now`. A kick
+  // timed from that `now` finds its job not yet due, and the last one of the burst is never kicked
+  // (no sweep here).
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const rx = await startReceiver({ script: () => ({ status: 200, gate }) });
+  let delayed = 0;
+  const d = sideDispatcher(stack, temporal.client, queue, {
+    db: poolWith(async (q) => {
+      if (statementName(q) !== 'dispatch.turns') return;
+      delayed++;
+      await new Promise((r) => setTimeout(r, 400));
+    }),
+    knownTargets: new KnownTargets(stack.tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
+    slowStartRate: 2,
+  });
+  try {
+    const taskId = `rate-late-${crypto.randomUUID()}`;
+    for (let i = 0; i < 7; i++) await createConfig(stack, taskId, { id: `c${i}`, url: rx.url });
+    const at = Date.now();
+    const w = await writeLeased(taskId, d.directLeaseMs);
+    d.startNow('tenant-a', taskId, w.starts);
+    const ids = w.starts.map((s) => s.id);
+    // The receiver answers only after the last turn (0.4 + 1.5 s): no 2xx meanwhile releases the held
+    // jobs early; each must be started by its own turn's kick.
+    await new Promise((r) => setTimeout(r, at + 2_500 - Date.now()));
+    release();
+    for (const id of ids) await delivered(id, 10_000);
+    expect(delayed).toBe(1);
+    expect(rx.requests).toHaveLength(7);
+    const starts = await Promise.all(
+      ids.map(
+        async (id) =>
+          (
+            await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).describe()
+          ).startTime.getTime() - at,
+      ),
+    );
+    starts.sort((a, b) => a - b);
+    // 4 at once; 3 at their turns as the database set them: 0.9, 1.4 and 1.9 s.
+    expect(starts[3]!).toBeLessThan(400);
+    expect(starts[6]!).toBeGreaterThanOrEqual(1_800);
+  } finally {
+    release();
+    await d.stop();
+    await rx.close();
+  }
+});
+
+it('a claim run that fails runs again a second later, not at the next sweep', async () => {
+  // The first claim statement fails (as a query error or the pool's connect timeout would); the sweep
+  // is an hour off. The run is re-armed, and the job is started and delivered within seconds.
+  let failed = 0;
+  const d = sideDispatcher(stack, temporal.client, queue, {
+    db: poolWith(async (q) => {
+      const text = typeof q === 'string' ? q : '';
+      if (failed === 0 && text.trimStart().startsWith('WITH RECURSIVE tenants')) {
+        failed++;
+        throw new Error('injected: the claim statement failed');
+      }
+    }),
+  });
+  try {
+    const taskId = `claim-retry-${crypto.randomUUID()}`;
+    await createConfig(stack, taskId, { id: 'c1', url: receiver.url });
+    const w = await writeLeased(taskId, 30_000);
+    await leaseRunsOut(w.starts.map((s) => s.id));
+    const at = Date.now();
+    d.kick();
+    await delivered(w.starts[0]!.id, 10_000);
+    expect(failed).toBe(1);
+    const started = (
+      await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(w.starts[0]!.id)).describe()
+    ).startTime.getTime();
+    // Re-run a second after the failure: not at once (a failing database is not hammered).
+    expect(started - at).toBeGreaterThanOrEqual(900);
+  } finally {
+    await d.stop();
+  }
+});

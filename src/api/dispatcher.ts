@@ -88,7 +88,8 @@ const SLOW_HELD_TRACKED = 100_000;
  *   `directLease`), so no claim run starts them meanwhile. Used while fewer than `concurrency` direct
  *   starts are in flight, fewer than `directPerTenant` of them the writing tenant's, and the last one
  *   did not fail; otherwise the write only kicks the claim run.
- * - claim (`kick`, and every SWEEP_INTERVAL): claims committed, unleased jobs round robin by
+ * - claim (`kick`, at held-back jobs' turns, 1 s after a failed run (doubling, at most
+ *   SWEEP_INTERVAL), and every SWEEP_INTERVAL): claims committed, unleased jobs round robin by
  *   tenant, each tenant's in commit order, in batches, `concurrency` starts at a time. It carries
  *   load and picks up any start lost in a crash or refused by Temporal (a direct start's lease
  *   expires after `leaseMs`, or is released at once when the start fails).
@@ -114,12 +115,16 @@ export class Dispatcher {
    */
   private readonly slowHeld = new Map<string, { target: string; turn: number }>();
   private releaseCheckedAt = 0;
-  /** Turns (epoch ms) of jobs this process held back: a claim run is kicked when the next one comes. */
+  /**
+   * Turns (epoch ms) of jobs this process held back, or whose turns it failed to write (their lease's
+   * end): a claim run is kicked when the next one comes.
+   */
   private turns: number[] = [];
   private turnTimer: NodeJS.Timeout | undefined;
   private turnAt = Infinity;
-  /** Claim runs failed in a row (their retry waits double). */
+  /** Retries of failed claim runs in a row (each waits twice the one before), and the one pending. */
   private failedRuns = 0;
+  private retryTimer: NodeJS.Timeout | undefined;
   readonly concurrency: number;
   readonly batchSize: number;
   readonly leaseMs: number;
@@ -157,26 +162,51 @@ export class Dispatcher {
         this.again = false;
         try {
           while ((await this.runOnce()) === this.batchSize && !this.stopped);
-          await this.startRegistrations();
-          this.failedRuns = 0;
         } catch (err) {
-          // The turns that kicked this run are spent, and the jobs it was to start may be due now: a
-          // run again soon (1 s, doubling while runs keep failing, at most the sweep's interval) rather
-          // than only at the next sweep.
-          const retryMs = Math.min(1_000 * 2 ** Math.min(this.failedRuns++, 16), this.o.sweepIntervalMs);
-          this.turns.push(Date.now() + retryMs);
-          this.armTurns();
-          this.o.logger.warn({ err: (err as Error).message, retryMs }, 'dispatcher run failed; retrying');
+          // Kicks that came meanwhile are covered by the retry.
+          this.retryLater(err);
+          break;
         }
+        this.failedRuns = 0;
+        if (this.retryTimer) clearTimeout(this.retryTimer);
+        this.retryTimer = undefined;
+        await this.startRegistrations().catch((err: unknown) =>
+          this.o.logger.warn(
+            { err: (err as Error).message },
+            'reading registrations to start failed; the sweep retries',
+          ),
+        );
       } while (this.again && !this.stopped);
       this.running = undefined;
     })();
+  }
+
+  /**
+   * A failed claim run (a query error, the pool's connect timeout, Temporal away) runs again after 1 s,
+   * the wait doubling while runs keep failing, at most SWEEP_INTERVAL: the turns or the write that kicked
+   * it are spent, and its jobs may be due now. One retry is pending at a time, however many kicks fail.
+   */
+  private retryLater(err: unknown): void {
+    if (this.stopped) return;
+    if (this.retryTimer) {
+      // Kicks failing while a retry is pending neither add a retry nor lengthen the next wait.
+      this.o.logger.warn({ err: (err as Error).message }, 'dispatcher run failed; a retry is pending');
+      return;
+    }
+    const retryMs = Math.min(1_000 * 2 ** Math.min(this.failedRuns++, 16), this.o.sweepIntervalMs);
+    this.o.logger.warn({ err: (err as Error).message, retryMs }, 'dispatcher run failed; retrying');
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      this.kick();
+    }, retryMs);
+    this.retryTimer.unref();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     if (this.turnTimer) clearTimeout(this.turnTimer);
+    if (this.retryTimer) clearTimeout(this.retryTimer);
     await Promise.all([this.running, ...this.directRuns]);
     await this.marking;
   }
@@ -199,6 +229,7 @@ export class Dispatcher {
     const plan = this.slowJobs(jobs).then((slow) => ({
       slow,
       later: this.holdBack(
+        this.directLeaseMs,
         jobs.filter((j) => slow.has(j.id)).map((j) => ({ id: j.id, tenantId, target: j.target })),
         jobs.filter((j) => j.behind).map((j) => ({ id: j.id, tenantId, behind: j.behind! })),
       ),
@@ -253,13 +284,14 @@ export class Dispatcher {
    * SLOW_LANE_START_RATE, held jobs (written behind an unfinished job of their config) past
    * HELD_START_RATE. Each gets its turn as `start_after` (one statement for all, not awaited), its lease
    * is dropped, and a claim run is kicked when the first turn comes. If the statement fails, the lease
-   * (direct or claim) runs out and a claim run takes them, as any start lost. A held job's turn is at
+   * (`leaseMs`: direct or claim) runs out and a claim run kicked then takes them, as any start lost. A held job's turn is at
    * most BEHIND_START_DELAY_MS off (the bound a started held job's delay has): it is what repairs a
    * wake lost to a crash, so it must not drift with a long schedule. Once the turns are written, the
    * held jobs whose job ahead has already ended are woken: that end may have read its line before
    * this write committed, and so not have woken them (as `wakeIfAheadEnded` for started jobs).
    */
   private holdBack(
+    leaseMs: number,
     slowJobs: Array<{ id: string; tenantId: string; target?: string | undefined }>,
     heldJobs: Array<{ id: string; tenantId: string; behind: string }> = [],
   ): Set<string> {
@@ -304,8 +336,13 @@ export class Dispatcher {
           const ended = await this.aheadEnded(heldJobs.filter((j) => later.has(j.id)));
           if (ended.size > 0) await this.wake([...ended]);
         },
-        (err: unknown) =>
-          this.o.logger.warn({ err: (err as Error).message }, 'holding starts back until their turn failed'),
+        (err: unknown) => {
+          // The jobs keep the lease they were started or claimed under, and no turn: a claim run once
+          // it has run out takes them again.
+          this.turns.push(Date.now() + leaseMs);
+          this.armTurns();
+          this.o.logger.warn({ err: (err as Error).message }, 'holding starts back until their turn failed');
+        },
       )
       .catch((err: unknown) =>
         this.o.logger.warn({ err: (err as Error).message }, 'checking the lines of held-back jobs failed'),
@@ -355,7 +392,7 @@ export class Dispatcher {
     }
   }
 
-  /** Kicks a claim run when the next held-back job's turn comes (at most every 100 ms). */
+  /** Kicks a claim run when the next of `turns` comes (at most every 100 ms). */
   private armTurns(): void {
     if (this.stopped || this.turns.length === 0) return;
     const next = this.turns.reduce((a, b) => Math.min(a, b), Infinity);
@@ -515,18 +552,31 @@ export class Dispatcher {
         WHERE NOT workflow_started AND status IN ('pending', 'active') AND created_at < now() - interval '2 seconds'
         ORDER BY created_at LIMIT 100`,
     );
+    // Each on its own: one that fails does not hold the others back. The failed ones wait for the sweep.
+    let failed = 0;
+    let error: unknown;
     for (const reg of r.rows) {
-      // A registration whose remote task id was posted while Temporal was away needs that signal: a
-      // run waiting for the id wakes only on it (and it is harmless to a run that has the id).
-      await signalRegistration(
-        this.o.client,
-        this.o.taskQueue,
-        reg,
-        reg.remote_task_id ? 'remoteTask' : 'callback',
-      );
-      await this.o.db.query('UPDATE registrations SET workflow_started = true WHERE id = $1', [reg.id]);
+      try {
+        // A registration whose remote task id was posted while Temporal was away needs that signal: a
+        // run waiting for the id wakes only on it (and it is harmless to a run that has the id).
+        await signalRegistration(
+          this.o.client,
+          this.o.taskQueue,
+          reg,
+          reg.remote_task_id ? 'remoteTask' : 'callback',
+        );
+        await this.o.db.query('UPDATE registrations SET workflow_started = true WHERE id = $1', [reg.id]);
+      } catch (err) {
+        failed++;
+        error ??= err;
+      }
     }
-    return r.rows.length;
+    if (failed > 0)
+      this.o.logger.warn(
+        { err: (error as Error).message, failed },
+        'starting registration workflows failed; the sweep retries',
+      );
+    return r.rows.length - failed;
   }
 
   /** Claims one batch, starts its workflows, and marks the started ones. Returns how many were claimed. */
@@ -598,6 +648,7 @@ export class Dispatcher {
     const slow = await this.slowJobs(jobs.map((j) => ({ id: j.id, ...parts.get(j.id)!, behind: j.behind })));
     // Slow-lane and held jobs past their tenant's rate wait for their turn; one held back before starts now.
     const later = this.holdBack(
+      this.leaseMs,
       jobs
         .filter((j) => slow.has(j.id) && !j.had_turn)
         .map((j) => ({ id: j.id, tenantId: j.tenant_id, target: parts.get(j.id)!.target })),

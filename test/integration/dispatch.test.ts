@@ -641,6 +641,7 @@ it('held-back jobs are kicked from when their turns were written: a turns statem
     for (let i = 0; i < 7; i++) await createConfig(stack, taskId, { id: `c${i}`, url: rx.url });
     const at = Date.now();
     const w = await writeLeased(taskId, d.directLeaseMs);
+    const startedAt = Date.now();
     d.startNow('tenant-a', taskId, w.starts);
     const ids = w.starts.map((s) => s.id);
     // The receiver answers only after the last turn (0.4 + 1.5 s): no 2xx meanwhile releases the held
@@ -651,17 +652,14 @@ it('held-back jobs are kicked from when their turns were written: a turns statem
     expect(delayed).toBe(1);
     expect(rx.requests).toHaveLength(7);
     const starts = await Promise.all(
-      ids.map(
-        async (id) =>
-          (
-            await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).describe()
-          ).startTime.getTime() - at,
+      ids.map(async (id) =>
+        (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).describe()).startTime.getTime(),
       ),
     );
     starts.sort((a, b) => a - b);
-    // 4 at once; 3 at their turns as the database set them: 0.9, 1.4 and 1.9 s.
-    expect(starts[3]!).toBeLessThan(400);
-    expect(starts[6]!).toBeGreaterThanOrEqual(1_800);
+    // 4 at once; 3 at their turns as the database set them: 0.9, 1.4 and 1.9 s after the write.
+    expect(starts[3]! - startedAt).toBeLessThan(700);
+    expect(starts[6]! - at).toBeGreaterThanOrEqual(1_800);
   } finally {
     release();
     await d.stop();
@@ -669,14 +667,16 @@ it('held-back jobs are kicked from when their turns were written: a turns statem
   }
 });
 
-it('a claim run that fails runs again a second later, not at the next sweep', async () => {
-  // The first claim statement fails (as a query error or the pool's connect timeout would); the sweep
-  // is an hour off. The run is re-armed, and the job is started and delivered within seconds.
+it('a claim run that fails runs again a second later, not at the next sweep; kicks failing meanwhile leave one retry pending', async () => {
+  // The claim statement fails (as a query error or the pool's connect timeout would) for the first
+  // 1.8 s, during which the claim run is kicked 10 times; the sweep is an hour off. Each kick's run
+  // fails; one retry comes a second after the first failure (not one per kick), fails too, and the
+  // one after it, 2 s later, starts the job.
+  let failing = true;
   let failed = 0;
   const d = sideDispatcher(stack, temporal.client, queue, {
     db: poolWith(async (q) => {
-      const text = typeof q === 'string' ? q : '';
-      if (failed === 0 && text.trimStart().startsWith('WITH RECURSIVE tenants')) {
+      if (failing && typeof q === 'string' && q.trimStart().startsWith('WITH RECURSIVE tenants')) {
         failed++;
         throw new Error('injected: the claim statement failed');
       }
@@ -686,17 +686,58 @@ it('a claim run that fails runs again a second later, not at the next sweep', as
     const taskId = `claim-retry-${crypto.randomUUID()}`;
     await createConfig(stack, taskId, { id: 'c1', url: receiver.url });
     const w = await writeLeased(taskId, 30_000);
-    await leaseRunsOut(w.starts.map((s) => s.id));
+    const id = w.starts[0]!.id;
+    await leaseRunsOut([id]);
     const at = Date.now();
-    d.kick();
-    await delivered(w.starts[0]!.id, 10_000);
-    expect(failed).toBe(1);
+    for (let i = 0; i < 10; i++) {
+      d.kick();
+      await new Promise((r) => setTimeout(r, 30));
+    }
+    const byKicks = failed;
+    await new Promise((r) => setTimeout(r, at + 1_800 - Date.now()));
+    // The kicks' runs, and exactly one retry (a retry per failed kick would make 10 more).
+    expect(byKicks).toBeGreaterThanOrEqual(1);
+    expect(failed).toBe(byKicks + 1);
+    failing = false;
+    await delivered(id, 10_000);
     const started = (
-      await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(w.starts[0]!.id)).describe()
+      await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).describe()
     ).startTime.getTime();
-    // Re-run a second after the failure: not at once (a failing database is not hammered).
-    expect(started - at).toBeGreaterThanOrEqual(900);
+    // The second retry, 2 s after the first: the wait doubles, and is not lengthened by the kicks.
+    expect(started - at).toBeGreaterThanOrEqual(2_800);
+    expect(started - at).toBeLessThan(4_500);
   } finally {
     await d.stop();
+  }
+});
+
+it('a held-back job whose turn could not be written is taken again when its lease runs out', async () => {
+  // As the SLOW_LANE_START_RATE test (3 of 7 held back), with a 1 s direct lease, and the statement
+  // writing the turns fails once. The 3 keep their lease and have no turn: a claim run kicked when the
+  // lease runs out takes them (no sweep here), and all 7 are delivered.
+  let failed = 0;
+  const rx = await startReceiver();
+  const d = sideDispatcher(stack, temporal.client, queue, {
+    db: poolWith(async (q) => {
+      if (failed === 0 && statementName(q) === 'dispatch.turns') {
+        failed++;
+        throw new Error('injected: writing the turns failed');
+      }
+    }),
+    knownTargets: new KnownTargets(stack.tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
+    slowStartRate: 2,
+    directLeaseMs: 1_000,
+  });
+  try {
+    const taskId = `turns-failed-${crypto.randomUUID()}`;
+    for (let i = 0; i < 7; i++) await createConfig(stack, taskId, { id: `c${i}`, url: rx.url });
+    const w = await writeLeased(taskId, d.directLeaseMs);
+    d.startNow('tenant-a', taskId, w.starts);
+    for (const s of w.starts) await delivered(s.id, 15_000);
+    expect(failed).toBe(1);
+    expect(rx.requests).toHaveLength(7);
+  } finally {
+    await d.stop();
+    await rx.close();
   }
 });

@@ -92,7 +92,7 @@ const SLOW_HELD_TRACKED = 100_000;
  *   SWEEP_INTERVAL), and every SWEEP_INTERVAL): claims committed, unleased jobs round robin by
  *   tenant, each tenant's in commit order, in batches, `concurrency` starts at a time. It carries
  *   load and picks up any start lost in a crash or refused by Temporal (a direct start's lease
- *   expires after `leaseMs`, or is released at once when the start fails).
+ *   expires after `directLeaseMs`, or is released at once when the start fails).
  */
 export class Dispatcher {
   private running: Promise<void> | undefined;
@@ -158,26 +158,29 @@ export class Dispatcher {
       return;
     }
     this.running = (async () => {
-      do {
-        this.again = false;
-        try {
-          while ((await this.runOnce()) === this.batchSize && !this.stopped);
-        } catch (err) {
-          // Kicks that came meanwhile are covered by the retry.
-          this.retryLater(err);
-          break;
-        }
-        this.failedRuns = 0;
-        if (this.retryTimer) clearTimeout(this.retryTimer);
-        this.retryTimer = undefined;
-        await this.startRegistrations().catch((err: unknown) =>
-          this.o.logger.warn(
-            { err: (err as Error).message },
-            'reading registrations to start failed; the sweep retries',
-          ),
-        );
-      } while (this.again && !this.stopped);
-      this.running = undefined;
+      try {
+        do {
+          this.again = false;
+          try {
+            while ((await this.runOnce()) === this.batchSize && !this.stopped);
+          } catch (err) {
+            // Kicks that came meanwhile are covered by the retry.
+            this.retryLater(err);
+            break;
+          }
+          this.failedRuns = 0;
+          if (this.retryTimer) clearTimeout(this.retryTimer);
+          this.retryTimer = undefined;
+          await this.startRegistrations().catch((err: unknown) =>
+            this.o.logger.warn(
+              { err: messageOf(err) },
+              'reading registrations to start failed; the sweep retries',
+            ),
+          );
+        } while (this.again && !this.stopped);
+      } finally {
+        this.running = undefined;
+      }
     })();
   }
 
@@ -190,11 +193,11 @@ export class Dispatcher {
     if (this.stopped) return;
     if (this.retryTimer) {
       // Kicks failing while a retry is pending neither add a retry nor lengthen the next wait.
-      this.o.logger.warn({ err: (err as Error).message }, 'dispatcher run failed; a retry is pending');
+      this.o.logger.debug({ err: messageOf(err) }, 'dispatcher run failed; a retry is pending');
       return;
     }
     const retryMs = Math.min(1_000 * 2 ** Math.min(this.failedRuns++, 16), this.o.sweepIntervalMs);
-    this.o.logger.warn({ err: (err as Error).message, retryMs }, 'dispatcher run failed; retrying');
+    this.o.logger.warn({ err: messageOf(err), retryMs }, 'dispatcher run failed; retrying');
     this.retryTimer = setTimeout(() => {
       this.retryTimer = undefined;
       this.kick();
@@ -264,7 +267,7 @@ export class Dispatcher {
               { err: (err as Error).message, jobId: j.id },
               'direct start failed; the claim run retries',
             );
-            await this.releaseLeases([j.id]).catch(() => undefined);
+            await this.releaseLeases([j.id]).catch(() => this.kickAfterLease(this.directLeaseMs));
             this.kick();
           },
         )
@@ -284,8 +287,8 @@ export class Dispatcher {
    * SLOW_LANE_START_RATE, held jobs (written behind an unfinished job of their config) past
    * HELD_START_RATE. Each gets its turn as `start_after` (one statement for all, not awaited), its lease
    * is dropped, and a claim run is kicked when the first turn comes. If the statement fails, the lease
-   * (`leaseMs`: direct or claim) runs out and a claim run kicked then takes them, as any start lost. A held job's turn is at
-   * most BEHIND_START_DELAY_MS off (the bound a started held job's delay has): it is what repairs a
+   * (`leaseMs`: direct or claim) runs out and a claim run kicked then takes them, as any start lost. A
+   * held job's turn is at most BEHIND_START_DELAY_MS off (the bound a started held job's delay has): it is what repairs a
    * wake lost to a crash, so it must not drift with a long schedule. Once the turns are written, the
    * held jobs whose job ahead has already ended are woken: that end may have read its line before
    * this write committed, and so not have woken them (as `wakeIfAheadEnded` for started jobs).
@@ -337,10 +340,8 @@ export class Dispatcher {
           if (ended.size > 0) await this.wake([...ended]);
         },
         (err: unknown) => {
-          // The jobs keep the lease they were started or claimed under, and no turn: a claim run once
-          // it has run out takes them again.
-          this.turns.push(Date.now() + leaseMs);
-          this.armTurns();
+          // The jobs keep the lease they were started or claimed under, and no turn.
+          this.kickAfterLease(leaseMs);
           this.o.logger.warn({ err: (err as Error).message }, 'holding starts back until their turn failed');
         },
       )
@@ -390,6 +391,15 @@ export class Dispatcher {
         'releasing held first contacts failed; they keep their turns',
       );
     }
+  }
+
+  /**
+   * Jobs whose lease could not be dropped (a failed statement) are no claim run's until it runs out: a
+   * claim run is kicked then, rather than left to the sweep.
+   */
+  private kickAfterLease(leaseMs: number): void {
+    this.turns.push(Date.now() + leaseMs);
+    this.armTurns();
   }
 
   /** Kicks a claim run when the next of `turns` comes (at most every 100 ms). */
@@ -540,7 +550,10 @@ export class Dispatcher {
     );
   }
 
-  /** Registrations whose workflow start was lost (Temporal away at creation, or a crash). */
+  /**
+   * Starts the registrations whose workflow start was lost (Temporal away at creation, or a crash).
+   * Returns how many it started.
+   */
   async startRegistrations(): Promise<number> {
     const r = await this.o.db.query<{
       id: string;
@@ -552,10 +565,15 @@ export class Dispatcher {
         WHERE NOT workflow_started AND status IN ('pending', 'active') AND created_at < now() - interval '2 seconds'
         ORDER BY created_at LIMIT 100`,
     );
-    // Each on its own: one that fails does not hold the others back. The failed ones wait for the sweep.
+    // Each on its own: one that fails does not hold the others back; three failing in a row (Temporal
+    // away, most likely) end the pass rather than wait out every call's timeout. The failed and the
+    // untried wait for the sweep.
+    let started = 0;
     let failed = 0;
+    let inRow = 0;
     let error: unknown;
     for (const reg of r.rows) {
+      if (inRow >= 3) break;
       try {
         // A registration whose remote task id was posted while Temporal was away needs that signal: a
         // run waiting for the id wakes only on it (and it is harmless to a run that has the id).
@@ -566,17 +584,20 @@ export class Dispatcher {
           reg.remote_task_id ? 'remoteTask' : 'callback',
         );
         await this.o.db.query('UPDATE registrations SET workflow_started = true WHERE id = $1', [reg.id]);
+        started++;
+        inRow = 0;
       } catch (err) {
         failed++;
+        inRow++;
         error ??= err;
       }
     }
     if (failed > 0)
       this.o.logger.warn(
-        { err: (error as Error).message, failed },
+        { err: messageOf(error), failed },
         'starting registration workflows failed; the sweep retries',
       );
-    return r.rows.length - failed;
+    return started;
   }
 
   /** Claims one batch, starts its workflows, and marks the started ones. Returns how many were claimed. */
@@ -690,7 +711,7 @@ export class Dispatcher {
     await this.wakeIfAheadEnded(started);
     if (started.length > 0) this.directFailed = false;
     if (notStarted.length > 0) {
-      await this.releaseLeases(notStarted);
+      await this.releaseLeases(notStarted).catch(() => this.kickAfterLease(this.leaseMs));
       throw failure;
     }
     return jobs.length;
@@ -738,3 +759,5 @@ const readAheadEnded = preparedStatement<[string[], string[]]>(
      JOIN delivery_jobs b ON b.id = x.behind
     WHERE b.status NOT IN ('queued', 'in_flight', 'waiting_retry')`,
 );
+
+const messageOf = (err: unknown) => (err instanceof Error ? err.message : String(err));

@@ -245,7 +245,7 @@ describe('a remote task id whose signal was lost', () => {
         [reg.id, taskId],
       );
       // Nothing else tells the waiting run (an inbox callback's signal does not wake it).
-      await stack.dispatcher.startRegistrations();
+      expect(await stack.dispatcher.startRegistrations()).toBeGreaterThanOrEqual(1);
       await eventually(
         async () => agent.calls.filter((c) => c.kind === 'getTask').length,
         (n) => n >= 1,

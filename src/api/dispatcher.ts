@@ -288,10 +288,11 @@ export class Dispatcher {
    * HELD_START_RATE. Each gets its turn as `start_after` (one statement for all, not awaited), its lease
    * is dropped, and a claim run is kicked when the first turn comes. If the statement fails, the lease
    * (`leaseMs`: direct or claim) runs out and a claim run kicked then takes them, as any start lost. A
-   * held job's turn is at most BEHIND_START_DELAY_MS off (the bound a started held job's delay has): it is what repairs a
-   * wake lost to a crash, so it must not drift with a long schedule. Once the turns are written, the
-   * held jobs whose job ahead has already ended are woken: that end may have read its line before
-   * this write committed, and so not have woken them (as `wakeIfAheadEnded` for started jobs).
+   * held job's turn is at most BEHIND_START_DELAY_MS off (the bound a started held job's delay has):
+   * it is what repairs a wake lost to a crash, so it must not drift with a long schedule. Once the
+   * turns are written, the held jobs whose job ahead has already ended are woken: that end may have
+   * read its line before this write committed, and so not have woken them (as `wakeIfAheadEnded` for
+   * started jobs).
    */
   private holdBack(
     leaseMs: number,

@@ -89,6 +89,23 @@ const lagDrained = () =>
     3_000,
   );
 
+/** When a job's delivery workflow started (epoch ms). */
+const startTimeOf = async (jobId: string) =>
+  (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(jobId)).describe()).startTime.getTime();
+
+/** Which targets answered lately, for a side dispatcher's slow lane. */
+const knownTargets = () => new KnownTargets(stack.tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs });
+
+/**
+ * A receiver that holds every answer (200) until `release`: no 2xx meanwhile, so its target stays
+ * unknown and its held-back jobs keep their turns (a 2xx would release them).
+ */
+const gatedReceiver = async () => {
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  return { rx: await startReceiver({ script: () => ({ status: 200, gate }) }), release };
+};
+
 /** The writer died before starting these jobs: their lease has run out, and a claim run may take them. */
 const leaseRunsOut = (jobIds: string[]) =>
   stack.tdb.db.query(
@@ -467,7 +484,7 @@ it("a tenant's slow-lane starts past SLOW_LANE_START_RATE wait for their turn, o
   // 2 a second, bursts of 4: of 7 jobs to a receiver never seen before, 4 start at once and 3 wait.
   const limited = () =>
     sideDispatcher(stack, temporal.client, queue, {
-      knownTargets: new KnownTargets(stack.tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
+      knownTargets: knownTargets(),
       slowStartRate: 2,
     });
   const rows = (ids: string[]) =>
@@ -478,19 +495,8 @@ it("a tenant's slow-lane starts past SLOW_LANE_START_RATE wait for their turn, o
         [ids],
       )
       .then((r) => r.rows);
-  const startTimes = async (ids: string[]) =>
-    Promise.all(
-      ids.map(async (id) =>
-        (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).describe()).startTime.getTime(),
-      ),
-    );
-  // The receivers hold every answer until after the last turn: no 2xx, so the target stays unknown
-  // meanwhile, and its held-back jobs keep their turns (a 2xx would release them: the next test).
-  const gated = async () => {
-    let release!: () => void;
-    const gate = new Promise<void>((r) => (release = r));
-    return { rx: await startReceiver({ script: () => ({ status: 200, gate }) }), release };
-  };
+  // The receivers hold every answer until after the last turn (gatedReceiver; a 2xx would release the
+  // held-back jobs: the next test).
   const check = async (ids: string[], writtenAt: number, answer: () => void) => {
     // Right after: 3 wait for their turn (held back on purpose, not dispatcher lag), 4 are started.
     const held = await eventually(
@@ -510,15 +516,15 @@ it("a tenant's slow-lane starts past SLOW_LANE_START_RATE wait for their turn, o
     await new Promise((r) => setTimeout(r, Math.max(0, writtenAt + 1_800 - Date.now())));
     answer();
     for (const id of ids) await delivered(id, 15_000);
-    const times = await startTimes(waiting);
+    const times = await Promise.all(waiting.map(startTimeOf));
     times.sort((a, b) => a - b);
     expect(times[0]! - writtenAt).toBeGreaterThanOrEqual(400);
     expect(times[2]! - writtenAt).toBeGreaterThanOrEqual(1_400);
     expect((await rows(ids)).every((r) => r.dispatched)).toBe(true);
   };
 
-  const { rx: direct, release: answerDirect } = await gated();
-  const { rx: claimed, release: answerClaimed } = await gated();
+  const { rx: direct, release: answerDirect } = await gatedReceiver();
+  const { rx: claimed, release: answerClaimed } = await gatedReceiver();
   const d1 = limited();
   const d2 = limited();
   try {
@@ -564,7 +570,7 @@ it('slow-lane jobs held back for their turn start together once their target ans
   // the claim run at the first turn starts all 3: they are no longer first contacts.
   const rx = await startReceiver();
   const d = sideDispatcher(stack, temporal.client, queue, {
-    knownTargets: new KnownTargets(stack.tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
+    knownTargets: knownTargets(),
     slowStartRate: 0.125,
   });
   try {
@@ -575,15 +581,7 @@ it('slow-lane jobs held back for their turn start together once their target ans
     d.startNow('tenant-a', taskId, w.starts);
     const ids = w.starts.map((x) => x.id);
     for (const id of ids) await delivered(id, 20_000);
-    const starts = await Promise.all(
-      ids.map(async (id) => ({
-        id,
-        at:
-          (
-            await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).describe()
-          ).startTime.getTime() - at,
-      })),
-    );
+    const starts = await Promise.all(ids.map(async (id) => ({ id, at: (await startTimeOf(id)) - at })));
     starts.sort((a, b) => a.at - b.at);
     // The first at once; the other 3 held back until the first turn, then together (not at 16 and 24 s).
     expect(starts[0]!.at).toBeLessThan(4_000);
@@ -623,9 +621,7 @@ it('held-back jobs are kicked from when their turns were written: a turns statem
   // database sets each turn from its own clock then: 400 ms later than the dispatcher's `now`. A kick
   // timed from that `now` finds its job not yet due, and the last one of the burst is never kicked
   // (no sweep here).
-  let release!: () => void;
-  const gate = new Promise<void>((r) => (release = r));
-  const rx = await startReceiver({ script: () => ({ status: 200, gate }) });
+  const { rx, release } = await gatedReceiver();
   let delayed = 0;
   const d = sideDispatcher(stack, temporal.client, queue, {
     db: poolWith(async (q) => {
@@ -633,7 +629,7 @@ it('held-back jobs are kicked from when their turns were written: a turns statem
       delayed++;
       await new Promise((r) => setTimeout(r, 400));
     }),
-    knownTargets: new KnownTargets(stack.tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
+    knownTargets: knownTargets(),
     slowStartRate: 2,
   });
   try {
@@ -651,11 +647,7 @@ it('held-back jobs are kicked from when their turns were written: a turns statem
     for (const id of ids) await delivered(id, 10_000);
     expect(delayed).toBe(1);
     expect(rx.requests).toHaveLength(7);
-    const starts = await Promise.all(
-      ids.map(async (id) =>
-        (await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).describe()).startTime.getTime(),
-      ),
-    );
+    const starts = await Promise.all(ids.map(startTimeOf));
     starts.sort((a, b) => a - b);
     // 4 at once; 3 at their turns as the database set them: 0.9, 1.4 and 1.9 s after the write (the
     // last is what the old kick never started).
@@ -704,9 +696,7 @@ it('a claim run that fails runs again a second later, not at the next sweep; kic
     expect(failed).toBe(byKicks + 1);
     failing = false;
     await delivered(id, 10_000);
-    const started = (
-      await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(id)).describe()
-    ).startTime.getTime();
+    const started = await startTimeOf(id);
     // The second retry, 2 s after the first: the wait doubles, and is not lengthened by the kicks.
     expect(started - at).toBeGreaterThanOrEqual(2_800);
     expect(started - at).toBeLessThan(6_000);
@@ -728,7 +718,7 @@ it('a held-back job whose turn could not be written is taken again when its leas
         throw new Error('injected: writing the turns failed');
       }
     }),
-    knownTargets: new KnownTargets(stack.tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
+    knownTargets: knownTargets(),
     slowStartRate: 2,
     directLeaseMs: 1_000,
   });

@@ -264,7 +264,7 @@ export class Dispatcher {
             // Temporal refused or is away: until a claim run succeeds, writes leave their jobs to it.
             this.directFailed = true;
             this.o.logger.warn(
-              { err: (err as Error).message, jobId: j.id },
+              { err: messageOf(err), jobId: j.id },
               'direct start failed; the claim run retries',
             );
             await this.releaseLeases([j.id]).catch(() => this.kickAfterLease(this.directLeaseMs));
@@ -343,11 +343,11 @@ export class Dispatcher {
         (err: unknown) => {
           // The jobs keep the lease they were started or claimed under, and no turn.
           this.kickAfterLease(leaseMs);
-          this.o.logger.warn({ err: (err as Error).message }, 'holding starts back until their turn failed');
+          this.o.logger.warn({ err: messageOf(err) }, 'holding starts back until their turn failed');
         },
       )
       .catch((err: unknown) =>
-        this.o.logger.warn({ err: (err as Error).message }, 'checking the lines of held-back jobs failed'),
+        this.o.logger.warn({ err: messageOf(err) }, 'checking the lines of held-back jobs failed'),
       );
     return new Set(later.keys());
   }
@@ -388,7 +388,7 @@ export class Dispatcher {
       for (const id of ids) this.slowHeld.delete(id);
     } catch (err) {
       this.o.logger.warn(
-        { err: (err as Error).message },
+        { err: messageOf(err) },
         'releasing held first contacts failed; they keep their turns',
       );
     }
@@ -473,10 +473,12 @@ export class Dispatcher {
         await markDispatched(
           this.o.db,
           batch.map((b) => b.id),
-        ).catch((err: unknown) =>
-          // Not marked: the lease expires and a claim run starts them again (Temporal rejects the duplicate).
-          this.o.logger.warn({ err: (err as Error).message }, 'marking direct starts dispatched failed'),
-        );
+        ).catch((err: unknown) => {
+          // Not marked: their workflows run. A claim run kicked when their lease runs out takes them
+          // again, finds each started (Temporal rejects the duplicate start) and marks it.
+          this.o.logger.warn({ err: messageOf(err) }, 'marking direct starts dispatched failed');
+          this.kickAfterLease(this.directLeaseMs);
+        });
         await this.wakeIfAheadEnded(batch);
       }
       this.marking = undefined;
@@ -502,7 +504,7 @@ export class Dispatcher {
           held.filter((j) => ended.has(j.id)),
         );
     } catch (err) {
-      this.o.logger.warn({ err: (err as Error).message }, 'checking the lines of started jobs failed');
+      this.o.logger.warn({ err: messageOf(err) }, 'checking the lines of started jobs failed');
     }
   }
 
@@ -539,7 +541,7 @@ export class Dispatcher {
         await wakeOrStartDeliveries(this.starter, await jobsToStart(this.o.db, jobIds)),
       );
     } catch (err) {
-      this.o.logger.warn({ err: (err as Error).message }, 'waking deliveries failed; their timers repair it');
+      this.o.logger.warn({ err: messageOf(err) }, 'waking deliveries failed; their timers repair it');
     }
   }
 
@@ -708,7 +710,12 @@ export class Dispatcher {
     await Promise.all(Array.from({ length: Math.min(this.concurrency, toStart.length) }, lane));
     const startedSet = new Set(started.map((j) => j.id));
     const notStarted = toStart.map((j) => j.id).filter((id) => !startedSet.has(id));
-    await markDispatched(this.o.db, [...startedSet]);
+    await markDispatched(this.o.db, [...startedSet]).catch((err: unknown) => {
+      // As for direct starts: the claim run kicked when their lease runs out marks them. The jobs whose
+      // start failed are still released below.
+      this.o.logger.warn({ err: messageOf(err) }, 'marking started jobs dispatched failed');
+      this.kickAfterLease(this.leaseMs);
+    });
     await this.wakeIfAheadEnded(started);
     if (started.length > 0) this.directFailed = false;
     if (notStarted.length > 0) {

@@ -735,3 +735,70 @@ it('a held-back job whose turn could not be written is taken again when its leas
     await rx.close();
   }
 });
+
+/** A hook that fails the first `times` statements marking started jobs dispatched. */
+const failingMarks = (times: number) => {
+  const hook = {
+    failed: 0,
+    fn: async (q: unknown) => {
+      if (hook.failed < times && statementName(q) === 'outbox.dispatched') {
+        hook.failed++;
+        throw new Error('injected: marking started jobs dispatched failed');
+      }
+    },
+  };
+  return hook;
+};
+
+it('a started job whose mark failed is marked when its claim lease runs out, and its delivery is not repeated', async () => {
+  // The claim run starts the job, then marking it dispatched fails. Its workflow runs; the job keeps
+  // its 2 s lease and no mark. The claim run kicked when that lease runs out takes it again, finds its
+  // workflow started and marks it (the sweep is an hour off; the run's own retry a second later finds
+  // the job still leased).
+  const marks = failingMarks(1);
+  const d = sideDispatcher(stack, temporal.client, queue, { db: poolWith(marks.fn), leaseMs: 2_000 });
+  const rx = await startReceiver();
+  try {
+    const taskId = `mark-failed-${crypto.randomUUID()}`;
+    await createConfig(stack, taskId, { id: 'c1', url: rx.url });
+    const w = await writeLeased(taskId, 30_000);
+    const id = w.starts[0]!.id;
+    await leaseRunsOut([id]);
+    d.kick();
+    await delivered(id);
+    expect(marks.failed).toBe(1);
+    await eventually(
+      () => leaseOf(id),
+      (l) => l.dispatched,
+      5_000,
+    );
+    expect(rx.requests).toHaveLength(1);
+  } finally {
+    await d.stop();
+    await rx.close();
+  }
+});
+
+it('a direct start whose mark failed is marked when its direct lease runs out', async () => {
+  const marks = failingMarks(1);
+  const d = sideDispatcher(stack, temporal.client, queue, { db: poolWith(marks.fn), directLeaseMs: 1_000 });
+  const rx = await startReceiver();
+  try {
+    const taskId = `direct-mark-failed-${crypto.randomUUID()}`;
+    await createConfig(stack, taskId, { id: 'c1', url: rx.url });
+    const w = await writeLeased(taskId, d.directLeaseMs);
+    const id = w.starts[0]!.id;
+    d.startNow('tenant-a', taskId, w.starts);
+    await delivered(id);
+    await eventually(
+      () => leaseOf(id),
+      (l) => l.dispatched,
+      5_000,
+    );
+    expect(marks.failed).toBe(1);
+    expect(rx.requests).toHaveLength(1);
+  } finally {
+    await d.stop();
+    await rx.close();
+  }
+});

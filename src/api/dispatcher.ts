@@ -88,11 +88,12 @@ const SLOW_HELD_TRACKED = 100_000;
  *   `directLease`), so no claim run starts them meanwhile. Used while fewer than `concurrency` direct
  *   starts are in flight, fewer than `directPerTenant` of them the writing tenant's, and the last one
  *   did not fail; otherwise the write only kicks the claim run.
- * - claim (`kick`, at held-back jobs' turns, 1 s after a failed run (doubling, at most
- *   SWEEP_INTERVAL), and every SWEEP_INTERVAL): claims committed, unleased jobs round robin by
- *   tenant, each tenant's in commit order, in batches, `concurrency` starts at a time. It carries
- *   load and picks up any start lost in a crash or refused by Temporal (a direct start's lease
- *   expires after `directLeaseMs`, or is released at once when the start fails).
+ * - claim (`kick`, at held-back jobs' turns, when a lease a failed statement left runs out, 1 s after
+ *   a failed run (doubling, at most SWEEP_INTERVAL), and every SWEEP_INTERVAL): claims committed,
+ *   unleased jobs round robin by tenant, each tenant's in commit order, in batches, `concurrency`
+ *   starts at a time. It carries load and picks up any start lost in a crash or refused by Temporal
+ *   (a direct start's lease expires after `directLeaseMs`, or is released at once when the start
+ *   fails). Started jobs whose mark failed are marked again 1 s later (`markLater`).
  */
 export class Dispatcher {
   private running: Promise<void> | undefined;
@@ -125,6 +126,16 @@ export class Dispatcher {
   /** Retries of failed claim runs in a row (each waits twice the one before), and the one pending. */
   private failedRuns = 0;
   private retryTimer: NodeJS.Timeout | undefined;
+  /**
+   * Started jobs whose mark (`dispatched_at`) failed: marked again 1 s later, the wait doubling while it
+   * keeps failing (at most SWEEP_INTERVAL). Their lease keeps claim runs off them meanwhile; a claim run
+   * that takes them after it anyway starts them at once (never held back for a turn) and finds them
+   * started.
+   */
+  private readonly unmarked = new Set<string>();
+  private failedMarks = 0;
+  private markTimer: NodeJS.Timeout | undefined;
+  private remarking: Promise<void> | undefined;
   readonly concurrency: number;
   readonly batchSize: number;
   readonly leaseMs: number;
@@ -210,8 +221,33 @@ export class Dispatcher {
     if (this.timer) clearTimeout(this.timer);
     if (this.turnTimer) clearTimeout(this.turnTimer);
     if (this.retryTimer) clearTimeout(this.retryTimer);
+    if (this.markTimer) clearTimeout(this.markTimer);
     await Promise.all([this.running, ...this.directRuns]);
     await this.marking;
+    await this.remarking;
+  }
+
+  /** Started jobs whose mark failed are marked again later (`unmarked`). */
+  private markLater(ids: string[], err: unknown): void {
+    for (const id of ids) this.unmarked.add(id);
+    if (this.stopped || this.markTimer || this.unmarked.size === 0) return;
+    const retryMs = Math.min(1_000 * 2 ** Math.min(this.failedMarks++, 16), this.o.sweepIntervalMs);
+    this.o.logger.warn(
+      { err: messageOf(err), jobs: this.unmarked.size, retryMs },
+      'marking started jobs dispatched failed; retrying',
+    );
+    this.markTimer = setTimeout(() => {
+      this.markTimer = undefined;
+      const batch = [...this.unmarked];
+      this.remarking = markDispatched(this.o.db, batch).then(
+        () => {
+          for (const id of batch) this.unmarked.delete(id);
+          this.failedMarks = 0;
+        },
+        (e: unknown) => this.markLater([], e),
+      );
+    }, retryMs);
+    this.markTimer.unref();
   }
 
   /**
@@ -473,12 +509,13 @@ export class Dispatcher {
         await markDispatched(
           this.o.db,
           batch.map((b) => b.id),
-        ).catch((err: unknown) => {
-          // Not marked: their workflows run. A claim run kicked when their lease runs out takes them
-          // again, finds each started (Temporal rejects the duplicate start) and marks it.
-          this.o.logger.warn({ err: messageOf(err) }, 'marking direct starts dispatched failed');
-          this.kickAfterLease(this.directLeaseMs);
-        });
+        ).catch((err: unknown) =>
+          // Not marked: their workflows run; marked again later.
+          this.markLater(
+            batch.map((b) => b.id),
+            err,
+          ),
+        );
         await this.wakeIfAheadEnded(batch);
       }
       this.marking = undefined;
@@ -673,11 +710,12 @@ export class Dispatcher {
     // Slow-lane and held jobs past their tenant's rate wait for their turn; one held back before starts now.
     const later = this.holdBack(
       this.leaseMs,
+      // (Not a started job whose mark failed: its start takes no turn.)
       jobs
-        .filter((j) => slow.has(j.id) && !j.had_turn)
+        .filter((j) => slow.has(j.id) && !j.had_turn && !this.unmarked.has(j.id))
         .map((j) => ({ id: j.id, tenantId: j.tenant_id, target: parts.get(j.id)!.target })),
       jobs
-        .filter((j) => j.behind && !j.had_turn)
+        .filter((j) => j.behind && !j.had_turn && !this.unmarked.has(j.id))
         .map((j) => ({ id: j.id, tenantId: j.tenant_id, behind: j.behind! })),
     );
     const toStart = jobs.filter((j) => !later.has(j.id));
@@ -710,12 +748,12 @@ export class Dispatcher {
     await Promise.all(Array.from({ length: Math.min(this.concurrency, toStart.length) }, lane));
     const startedSet = new Set(started.map((j) => j.id));
     const notStarted = toStart.map((j) => j.id).filter((id) => !startedSet.has(id));
-    await markDispatched(this.o.db, [...startedSet]).catch((err: unknown) => {
-      // As for direct starts: the claim run kicked when their lease runs out marks them. The jobs whose
-      // start failed are still released below.
-      this.o.logger.warn({ err: messageOf(err) }, 'marking started jobs dispatched failed');
-      this.kickAfterLease(this.leaseMs);
-    });
+    // Not marked: their workflows run; marked again later. The jobs whose start failed are still
+    // released below.
+    await markDispatched(this.o.db, [...startedSet]).then(
+      () => startedSet.forEach((id) => this.unmarked.delete(id)),
+      (err: unknown) => this.markLater([...startedSet], err),
+    );
     await this.wakeIfAheadEnded(started);
     if (started.length > 0) this.directFailed = false;
     if (notStarted.length > 0) {

@@ -736,11 +736,16 @@ it('a held-back job whose turn could not be written is taken again when its leas
   }
 });
 
-/** A hook that fails the first `times` statements marking started jobs dispatched. */
+/**
+ * A hook that fails the first `times` statements marking started jobs dispatched, and counts the claim
+ * statements that reach the pool.
+ */
 const failingMarks = (times: number) => {
   const hook = {
     failed: 0,
+    claims: 0,
     fn: async (q: unknown) => {
+      if (typeof q === 'string' && q.trimStart().startsWith('WITH RECURSIVE tenants')) hook.claims++;
       if (hook.failed < times && statementName(q) === 'outbox.dispatched') {
         hook.failed++;
         throw new Error('injected: marking started jobs dispatched failed');
@@ -750,13 +755,13 @@ const failingMarks = (times: number) => {
   return hook;
 };
 
-it('a started job whose mark failed is marked when its claim lease runs out, and its delivery is not repeated', async () => {
+it('a started job whose mark failed is marked again a second later, within its claim lease, and its delivery is not repeated', async () => {
   // The claim run starts the job, then marking it dispatched fails. Its workflow runs; the job keeps
-  // its 2 s lease and no mark. The claim run kicked when that lease runs out takes it again, finds its
-  // workflow started and marks it (the sweep is an hour off; the run's own retry a second later finds
-  // the job still leased).
+  // its 4 s lease and no mark. The mark is written again a second later: no second claim run is
+  // needed (the sweep is an hour off). Before, the failed mark failed the run, whose retry a second
+  // later found the job still leased, and the job stayed unmarked until the sweep.
   const marks = failingMarks(1);
-  const d = sideDispatcher(stack, temporal.client, queue, { db: poolWith(marks.fn), leaseMs: 2_000 });
+  const d = sideDispatcher(stack, temporal.client, queue, { db: poolWith(marks.fn), leaseMs: 4_000 });
   const rx = await startReceiver();
   try {
     const taskId = `mark-failed-${crypto.randomUUID()}`;
@@ -766,12 +771,14 @@ it('a started job whose mark failed is marked when its claim lease runs out, and
     await leaseRunsOut([id]);
     d.kick();
     await delivered(id);
-    expect(marks.failed).toBe(1);
     await eventually(
       () => leaseOf(id),
       (l) => l.dispatched,
-      5_000,
+      10_000,
     );
+    expect(marks.failed).toBe(1);
+    // Marked by the mark's retry, not by a claim run taking the job again after its lease.
+    expect(marks.claims).toBe(1);
     expect(rx.requests).toHaveLength(1);
   } finally {
     await d.stop();
@@ -779,9 +786,11 @@ it('a started job whose mark failed is marked when its claim lease runs out, and
   }
 });
 
-it('a direct start whose mark failed is marked when its direct lease runs out', async () => {
+it('a direct start whose mark failed is marked again a second later, within its direct lease', async () => {
+  // Nothing else marks it: the write went straight to the outbox (no api request kicks the stack's own
+  // dispatcher), and the side dispatcher's claim run is not kicked (its start succeeded).
   const marks = failingMarks(1);
-  const d = sideDispatcher(stack, temporal.client, queue, { db: poolWith(marks.fn), directLeaseMs: 1_000 });
+  const d = sideDispatcher(stack, temporal.client, queue, { db: poolWith(marks.fn), directLeaseMs: 4_000 });
   const rx = await startReceiver();
   try {
     const taskId = `direct-mark-failed-${crypto.randomUUID()}`;
@@ -793,9 +802,10 @@ it('a direct start whose mark failed is marked when its direct lease runs out', 
     await eventually(
       () => leaseOf(id),
       (l) => l.dispatched,
-      5_000,
+      10_000,
     );
     expect(marks.failed).toBe(1);
+    expect(marks.claims).toBe(0);
     expect(rx.requests).toHaveLength(1);
   } finally {
     await d.stop();

@@ -207,7 +207,7 @@ export class Dispatcher {
       this.o.logger.debug({ err: messageOf(err) }, 'dispatcher run failed; a retry is pending');
       return;
     }
-    const retryMs = Math.min(1_000 * 2 ** Math.min(this.failedRuns++, 16), this.o.sweepIntervalMs);
+    const retryMs = this.retryWait(this.failedRuns++);
     this.o.logger.warn({ err: messageOf(err), retryMs }, 'dispatcher run failed; retrying');
     this.retryTimer = setTimeout(() => {
       this.retryTimer = undefined;
@@ -227,11 +227,16 @@ export class Dispatcher {
     await this.remarking;
   }
 
+  /** The wait before a retry after `failures` failed ones in a row: 1 s, doubling, at most SWEEP_INTERVAL. */
+  private retryWait(failures: number): number {
+    return Math.min(1_000 * 2 ** Math.min(failures, 16), this.o.sweepIntervalMs);
+  }
+
   /** Started jobs whose mark failed are marked again later (`unmarked`). */
   private markLater(ids: string[], err: unknown): void {
     for (const id of ids) this.unmarked.add(id);
     if (this.stopped || this.markTimer || this.unmarked.size === 0) return;
-    const retryMs = Math.min(1_000 * 2 ** Math.min(this.failedMarks++, 16), this.o.sweepIntervalMs);
+    const retryMs = this.retryWait(this.failedMarks++);
     this.o.logger.warn(
       { err: messageOf(err), jobs: this.unmarked.size, retryMs },
       'marking started jobs dispatched failed; retrying',
@@ -751,7 +756,9 @@ export class Dispatcher {
     // Not marked: their workflows run; marked again later. The jobs whose start failed are still
     // released below.
     await markDispatched(this.o.db, [...startedSet]).then(
-      () => startedSet.forEach((id) => this.unmarked.delete(id)),
+      () => {
+        if (this.unmarked.size > 0) for (const id of startedSet) this.unmarked.delete(id);
+      },
       (err: unknown) => this.markLater([...startedSet], err),
     );
     await this.wakeIfAheadEnded(started);

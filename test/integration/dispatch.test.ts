@@ -614,6 +614,9 @@ const poolWith = (hook: (query: unknown) => Promise<void>) =>
   });
 const statementName = (query: unknown) =>
   typeof query === 'object' && query !== null ? (query as { name?: string }).name : undefined;
+/** Whether a query is the claim run's claim statement (sent as text, not named). */
+const isClaim = (query: unknown) =>
+  typeof query === 'string' && query.trimStart().startsWith('WITH RECURSIVE tenants');
 
 it('held-back jobs are kicked from when their turns were written: a turns statement 400 ms late in the pool still starts each at its turn', async () => {
   // As the SLOW_LANE_START_RATE test (2 a second, bursts of 4; 3 of 7 wait), but the statement writing
@@ -669,7 +672,7 @@ it('a claim run that fails runs again a second later, not at the next sweep; kic
   let failed = 0;
   const d = sideDispatcher(stack, temporal.client, queue, {
     db: poolWith(async (q) => {
-      if (failing && typeof q === 'string' && q.trimStart().startsWith('WITH RECURSIVE tenants')) {
+      if (failing && isClaim(q)) {
         failed++;
         throw new Error('injected: the claim statement failed');
       }
@@ -745,7 +748,7 @@ const failingMarks = (times: number) => {
     failed: 0,
     claims: 0,
     fn: async (q: unknown) => {
-      if (typeof q === 'string' && q.trimStart().startsWith('WITH RECURSIVE tenants')) hook.claims++;
+      if (isClaim(q)) hook.claims++;
       if (hook.failed < times && statementName(q) === 'outbox.dispatched') {
         hook.failed++;
         throw new Error('injected: marking started jobs dispatched failed');
@@ -755,60 +758,61 @@ const failingMarks = (times: number) => {
   return hook;
 };
 
+/**
+ * A side dispatcher whose first mark of started jobs fails starts one job (`start`: by a claim run or
+ * directly); the job must be marked by the mark's retry, with `claims` claim statements sent in all
+ * (no claim run taking it again after its lease), and its receiver must see one request.
+ */
+const markedAgain = async (
+  o: { leaseMs?: number; directLeaseMs?: number },
+  start: (
+    d: ReturnType<typeof sideDispatcher>,
+    taskId: string,
+    w: Awaited<ReturnType<typeof writeLeased>>,
+  ) => Promise<void> | void,
+  claims: number,
+) => {
+  const marks = failingMarks(1);
+  const d = sideDispatcher(stack, temporal.client, queue, { db: poolWith(marks.fn), ...o });
+  const rx = await startReceiver();
+  try {
+    const taskId = `mark-failed-${crypto.randomUUID()}`;
+    await createConfig(stack, taskId, { id: 'c1', url: rx.url });
+    const w = await writeLeased(taskId, d.directLeaseMs);
+    const id = w.starts[0]!.id;
+    await start(d, taskId, w);
+    await delivered(id);
+    await eventually(
+      () => leaseOf(id),
+      (l) => l.dispatched,
+      10_000,
+    );
+    expect(marks.failed).toBe(1);
+    expect(marks.claims).toBe(claims);
+    expect(rx.requests).toHaveLength(1);
+  } finally {
+    await d.stop();
+    await rx.close();
+  }
+};
+
 it('a started job whose mark failed is marked again a second later, within its claim lease, and its delivery is not repeated', async () => {
   // The claim run starts the job, then marking it dispatched fails. Its workflow runs; the job keeps
   // its 4 s lease and no mark. The mark is written again a second later: no second claim run is
   // needed (the sweep is an hour off). Before, the failed mark failed the run, whose retry a second
   // later found the job still leased, and the job stayed unmarked until the sweep.
-  const marks = failingMarks(1);
-  const d = sideDispatcher(stack, temporal.client, queue, { db: poolWith(marks.fn), leaseMs: 4_000 });
-  const rx = await startReceiver();
-  try {
-    const taskId = `mark-failed-${crypto.randomUUID()}`;
-    await createConfig(stack, taskId, { id: 'c1', url: rx.url });
-    const w = await writeLeased(taskId, 30_000);
-    const id = w.starts[0]!.id;
-    await leaseRunsOut([id]);
-    d.kick();
-    await delivered(id);
-    await eventually(
-      () => leaseOf(id),
-      (l) => l.dispatched,
-      10_000,
-    );
-    expect(marks.failed).toBe(1);
-    // Marked by the mark's retry, not by a claim run taking the job again after its lease.
-    expect(marks.claims).toBe(1);
-    expect(rx.requests).toHaveLength(1);
-  } finally {
-    await d.stop();
-    await rx.close();
-  }
+  await markedAgain(
+    { leaseMs: 4_000 },
+    async (d, _taskId, w) => {
+      await leaseRunsOut(w.starts.map((x) => x.id));
+      d.kick();
+    },
+    1,
+  );
 });
 
 it('a direct start whose mark failed is marked again a second later, within its direct lease', async () => {
   // Nothing else marks it: the write went straight to the outbox (no api request kicks the stack's own
   // dispatcher), and the side dispatcher's claim run is not kicked (its start succeeded).
-  const marks = failingMarks(1);
-  const d = sideDispatcher(stack, temporal.client, queue, { db: poolWith(marks.fn), directLeaseMs: 4_000 });
-  const rx = await startReceiver();
-  try {
-    const taskId = `direct-mark-failed-${crypto.randomUUID()}`;
-    await createConfig(stack, taskId, { id: 'c1', url: rx.url });
-    const w = await writeLeased(taskId, d.directLeaseMs);
-    const id = w.starts[0]!.id;
-    d.startNow('tenant-a', taskId, w.starts);
-    await delivered(id);
-    await eventually(
-      () => leaseOf(id),
-      (l) => l.dispatched,
-      10_000,
-    );
-    expect(marks.failed).toBe(1);
-    expect(marks.claims).toBe(0);
-    expect(rx.requests).toHaveLength(1);
-  } finally {
-    await d.stop();
-    await rx.close();
-  }
+  await markedAgain({ directLeaseMs: 4_000 }, (d, taskId, w) => d.startNow('tenant-a', taskId, w.starts), 0);
 });

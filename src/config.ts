@@ -118,13 +118,6 @@ const httpUrl = (what: string) =>
     if (!ok) ctx.addIssue({ code: 'custom', message: `${what} must be an absolute http(s) URL` });
   });
 
-/**
- * The delivery workflow type new jobs start as when DELIVERY_WORKFLOW is unset: lean since session 20
- * (docs/decisions.md, "Lean delivery (issue 21), the default"). Also what a dispatcher built without a
- * type starts (src/api/dispatcher.ts).
- */
-export const DEFAULT_DELIVERY_WORKFLOW = 'lean' as const;
-
 export const settingsSchema = z
   .object({
     DATABASE_URL: url('DATABASE_URL'),
@@ -153,48 +146,19 @@ export const settingsSchema = z
     OUTBOX_BOUND_PER_CONFIG: int(64, 1, 1_000_000),
     // per_config: a config's pushes go out in event order (a job waits for the earlier ones); none: at once.
     DELIVERY_ORDER: z.enum(['per_config', 'none']).default('per_config'),
-    // The workflow type new deliveries start as (issue 21): lean (the fast-lane attempt as a local activity;
-    // the default since session 20) or classic (an activity per attempt). Runs already started finish as
-    // the type they started as.
-    DELIVERY_WORKFLOW: z.enum(['classic', 'lean']).default(DEFAULT_DELIVERY_WORKFLOW),
-    // Where the api runs in one process with a worker (npm start; `main.ts api,worker`), `on` makes its
-    // dispatcher start delivery workflows eagerly, handing the first workflow task straight to that
-    // worker (a fresh job's first task never waits in the task queue behind another tenant's backlog;
-    // held jobs start delayed and their wakes queue, fairly). No effect on an api alone. Also a worker's
-    // line wakes: the next job of a line, not started yet, starts eagerly on that worker (session 25).
-    EAGER_START: z.enum(['on', 'off']).default('on'),
-    // With EAGER_START=on (issue 21, session 25): a lean worker's workflow task slots for eagerly started
-    // runs, granted even while its 10 are in progress (their tasks count among them, up to 8, so it polls
-    // less meanwhile; 0: an eager start needs one of the 10, as before); and how many eager starts of lean
-    // fast-lane runs one tenant may have in flight per process (the dispatcher's starts and the worker's
-    // line wakes together): past it a start goes through the task queue, ordered fairly.
-    EAGER_START_SLOTS: int(40, 0, 200),
-    // 4 rather than 8 (session 26): full benchmark 9 (d), tenant B's p50 3.35-4.72 × idle against
-    // 4.46-5.45 × (6: 4.45-4.65 ×). It costs one tenant alone: benchmark 1 about a tenth against 6, a
-    // quarter of its line wakes going through matching (session 27, docs/decisions.md).
-    EAGER_START_PER_TENANT: int(4, 1, 200),
     // Calls to one target (host or address, plus port) on the wire at once, across all workers.
     OUTBOUND_HOST_CONCURRENCY: int(8, 1, 10_000),
     // Per-target bounds in place of OUTBOUND_HOST_CONCURRENCY (a known receiver that takes more, or less).
     OUTBOUND_HOST_CONCURRENCY_BY_TARGET: targetBounds,
-    // The main worker's workflow task slots (per worker process). Work past them waits in Temporal's task
-    // queue, where the tenant fairness key orders it; inside the worker it is first come, and every task
-    // held there shares the worker's CPU. Unset: for DELIVERY_WORKFLOW=lean (the default) 10 in progress,
-    // a run whose local attempt has been on the wire over a second not counting, 300 in all; classic 10.
-    WORKER_WORKFLOW_TASK_SLOTS: optionalInt(2, 500),
+    // Workflow tasks one worker process runs at once (its capacity; size it to the machine's cores). A
+    // run whose local attempt has been on the wire over a second does not count (a receiver that hangs
+    // does not stop the worker); past them, work waits in Temporal's task queue, ordered fairly by tenant.
+    WORKER_WORKFLOW_TASK_SLOTS: int(10, 2, 500),
     // The main worker's activity slots (per worker process): classic's fast-lane attempts on the wire at
     // once (lean's are local activities: at most 200 per worker, LOCAL_ACTIVITY_SLOTS in src/worker).
     WORKER_ACTIVITY_SLOTS: int(200, 1, 10_000),
     // Activity slots of the slow lane: attempts to targets that recently timed out, refused or were slow.
     SLOW_LANE_CONCURRENCY: int(50, 1, 10_000),
-    // Starts per second per tenant (per api process; bursts of twice that) of jobs whose first attempt goes
-    // to the slow lane: a tenant's 1,000 jobs to a dead host start over 100 s instead of at once. 0: no bound.
-    SLOW_LANE_START_RATE: int(10, 0, 100_000),
-    // Starts per second per tenant (per api process; bursts of twice that) of jobs written behind an
-    // unfinished job of their config (DELIVERY_ORDER=per_config). One past it starts when the job ahead
-    // ends (its wake starts it) or at its turn (at most 5 min off), whichever comes first: a tenant's
-    // burst of 5,000 events on 100 configs does not start 4,900 held workflows at once. 0: no bound.
-    HELD_START_RATE: int(10, 0, 100_000),
     CONFIG_FAILING_AFTER: duration('5d', 1000),
     // Configs of one task that are not deleted (active, auth_failed, stopped): each event fans out to them.
     MAX_CONFIGS_PER_TASK: int(100, 1, 100_000),
@@ -262,46 +226,56 @@ export const settingsSchema = z
 export type Settings = z.output<typeof settingsSchema>;
 
 /**
- * The main worker's workflow task slots: WORKER_WORKFLOW_TASK_SLOTS (fixed), else 10 in progress, for
- * both delivery types.
+ * The main worker's workflow task slots: WORKER_WORKFLOW_TASK_SLOTS in progress (default 10), a run whose
+ * local attempt has been on the wire for more than a second not counting, 300 in all (or the setting,
+ * if larger; at most maxCachedWorkflows, 500).
  *
- * Classic: 10, fixed. A classic workflow task is a few milliseconds of CPU; more slots only hold more
- * of the server's backlog inside the worker, where it is served first come and shares the worker's
- * CPU, instead of in the task queue, where the tenant fairness key orders it. Benchmark 9 (d), a
- * tenant's burst of 5,000 events beside another tenant's stream, on 2 cores: the other tenant's p50
- * 8.2 × its idle p50 with 10 slots, 14.9 × with 300; benchmark 1's deliveries/s the same within noise
- * (docs/decisions.md).
+ * Why few: a workflow task is a few milliseconds of CPU; more slots only hold more of the server's
+ * backlog inside the worker, where it is served first come and shares the worker's CPU, instead of in
+ * the task queue, where the tenant fairness key orders it. Benchmark 9 (d), a tenant's burst of 5,000
+ * events beside another tenant's stream, on 2 cores: the other tenant's p50 8.2 × its idle p50 with 10
+ * slots, 14.9 × with 300; benchmark 1's deliveries/s the same within noise (docs/decisions.md).
  *
- * Lean: 10 in progress, 300 in all (`elastic`). Its fast-lane attempt is a local activity, and a run
- * waiting for one keeps its workflow task slot the whole time: with 10 fixed slots, attempts hanging
- * at one black-holed receiver left the worker no slot to take any other task (a poll needs one). A run
- * whose local attempt has been on the wire for more than a second no longer counts as in progress
- * (src/worker/workflow-slots.ts), up to 300 slots in all (≤ maxCachedWorkflows, 500). Until session 19
- * it had 300 fixed slots, where a tenant's burst sat inside the worker, first come.
- *
- * A worker serves both types: with classic's fixed 10, lean runs still in flight after a switch back
- * finish with at most 10 of their attempts at once.
+ * Why elastic: the fast-lane attempt is a local activity, and a run waiting for one keeps its workflow
+ * task slot the whole time: with 10 fixed slots, attempts hanging at one black-holed receiver left the
+ * worker no slot to take any other task (a poll needs one). A run whose local attempt has been out for
+ * more than a second no longer counts as in progress (src/worker/workflow-slots.ts).
  */
-export function workflowTaskSlots(s: Pick<Settings, 'WORKER_WORKFLOW_TASK_SLOTS' | 'DELIVERY_WORKFLOW'>): {
+export function workflowTaskSlots(s: Pick<Settings, 'WORKER_WORKFLOW_TASK_SLOTS'>): {
   active: number;
   hardCap: number;
-  elastic: boolean;
 } {
-  if (s.WORKER_WORKFLOW_TASK_SLOTS !== undefined) {
-    const n = Number(s.WORKER_WORKFLOW_TASK_SLOTS);
-    return { active: n, hardCap: n, elastic: false };
-  }
-  return s.DELIVERY_WORKFLOW === 'lean'
-    ? { active: 10, hardCap: 300, elastic: true }
-    : { active: 10, hardCap: 10, elastic: false };
+  const active = Number(s.WORKER_WORKFLOW_TASK_SLOTS);
+  return { active, hardCap: Math.max(WORKFLOW_TASK_SLOTS_IN_ALL, active) };
 }
+
+/** Workflow tasks a worker holds at most, hanging local attempts included. */
+export const WORKFLOW_TASK_SLOTS_IN_ALL = 300;
+
+/**
+ * Settings of earlier versions that are gone: a process started with one says so once (they tuned how
+ * deliveries started; docs/decisions.md, "Starts").
+ */
+export const REMOVED_SETTINGS = [
+  'DELIVERY_WORKFLOW',
+  'EAGER_START',
+  'EAGER_START_SLOTS',
+  'EAGER_START_PER_TENANT',
+  'HELD_START_RATE',
+  'SLOW_LANE_START_RATE',
+] as const;
+
+/** The settings of REMOVED_SETTINGS this environment still sets. */
+export const removedSettingsIn = (env: NodeJS.ProcessEnv): string[] =>
+  REMOVED_SETTINGS.filter((name) => env[name] !== undefined);
+
 /**
  * The main worker's workflow task pollers (its `simple-maximum`): half its slots in progress, 10 at most,
  * 2 at least. A waiting poll holds a slot, so with as many pollers as slots an idle worker would have no
  * free slot and every eager start would be refused. The SDK gives all of them to the task queue
  * (`nonStickyToStickyPollRatio` 1) and one more to the sticky queue. At least 2: a worker that caches
  * runs (maxCachedWorkflows > 0) refuses to start with fewer (sdk-core), which WORKER_WORKFLOW_TASK_SLOTS
- * 2 or 3 gave before session 26.
+ * 2 or 3 would otherwise give.
  */
 export function workflowTaskPollers(active: number): number {
   return Math.min(10, Math.max(2, Math.floor(active / 2)));

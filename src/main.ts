@@ -1,7 +1,7 @@
 import { loadSettings, SettingsError } from './config';
 import { bootstrapApiKey } from './db/apikeys';
 import { migrate } from './db/pool';
-import { createRuntime } from './runtime';
+import { closeRuntime, createRuntime } from './runtime';
 import { startApi, startInbox, startWorker, stopOnSignals, type Service } from './services';
 import { startTracing } from './tracing';
 
@@ -27,7 +27,7 @@ async function main(arg: string | undefined) {
   const services: Service[] = [];
   stopOnSignals(
     () => services,
-    () => rt.db.end(),
+    () => closeRuntime(rt),
   );
   if (roles.includes('api')) {
     await migrate(rt.db);

@@ -26,15 +26,9 @@ export const configsFailing = new Counter({
   registers: [],
 });
 export const workflowStarts = new Counter({
-  name: 'a2a_push_dispatch_starts_total',
-  help: 'Delivery workflows started by the dispatcher, by path (direct, claim) and whether the start was eager (its first workflow task handed to the worker in this process)',
-  labelNames: ['path', 'eager'] as const,
-  registers: [],
-});
-export const lineWakes = new Counter({
-  name: 'a2a_push_line_wakes_total',
-  help: 'Jobs of an ordered line (DELIVERY_ORDER=per_config) woken by the worker when the job ahead or their config ended, by how: eager (not started yet, started eagerly on this worker), started (not started yet, its start went through the task queue), tenant_full (not started yet, its tenant had EAGER_START_PER_TENANT eager starts in flight: a signal-with-start), signal (a signal-with-start of a job that had its workflow)',
-  labelNames: ['how'] as const,
+  name: 'a2a_push_starts_total',
+  help: "Delivery workflows started by this process's relay, by path (direct: a job this process made due; claim: taken by a claim run), lane, and whether the start was eager (its first workflow task handed to the worker in this process)",
+  labelNames: ['path', 'lane', 'eager'] as const,
   registers: [],
 });
 export const inboxRequests = new Counter({
@@ -50,9 +44,9 @@ export function createRegistry(kind: 'api' | 'inbox' | 'worker', extra: Metric[]
   collectDefaultMetrics({ register: registry });
   const own: Metric[] =
     kind === 'worker'
-      ? [deliveriesTotal, attemptDuration, guardRefusals, configsFailing, slotWaits, slotHeld, lineWakes]
+      ? [deliveriesTotal, attemptDuration, guardRefusals, configsFailing, slotWaits, slotHeld, workflowStarts]
       : kind === 'api'
-        ? [eventWrites, guardRefusals, workflowStarts]
+        ? [eventWrites, guardRefusals, workflowStarts, configsFailing]
         : [inboxRequests];
   for (const m of [...own, ...extra]) registry.registerMetric(m);
   return registry;

@@ -1,25 +1,25 @@
-import { attemptPlanOf } from './delivery/schedule';
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
-import type { AddressInfo } from 'node:net';
 import { NativeConnection } from '@temporalio/worker';
 import { Gauge, type Metric } from 'prom-client';
-import { createApiApp, type Probe } from './api/app';
-import { Dispatcher, heldCount, queuedCount } from './api/dispatcher';
-import { KnownTargets } from './api/known-targets';
-import { DEFAULT_SLOT_SETTINGS } from './db/slots';
+import { createApiApp } from './api/app';
 import { FeedNotifier } from './api/feed-notifier';
-import { createInboxApp } from './inbox/app';
 import { requireSettings } from './config';
 import { pgReachable, type Db } from './db/pool';
-import { temporalReachable, type ReachableConnection } from './temporal';
+import { attemptPlanOf } from './delivery/schedule';
+import type { Probe } from './http/ops';
+import { closeServer, listen, trackConnections } from './http/server';
+import { createInboxApp } from './inbox/app';
 import { createRegistry } from './metrics';
-import { createHttp, type Runtime } from './runtime';
-import { connectTemporal, eagerStartClient } from './temporal';
-import type { EagerStarts } from './worker/eager-starts';
-import { shutdownTracing } from './tracing';
 import { startRetentionTimer } from './retention';
+import { createHttp, type Runtime } from './runtime';
+import { eagerStartClient } from './starts/client';
+import { EagerStarts } from './starts/eager';
+import { heldCount, queuedCount } from './starts/outbox';
+import { relayOf, type Relay } from './starts/relay';
+import { connectTemporal, temporalReachable, type ReachableConnection } from './temporal';
+import { shutdownTracing } from './tracing';
 import {
   boundHeapGrowth,
   Workers,
@@ -34,44 +34,6 @@ export interface Service {
   stop(): Promise<void>;
 }
 
-const listen = (server: http.Server, port: number) =>
-  new Promise<number>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, '0.0.0.0', () => resolve((server.address() as AddressInfo).port));
-  });
-
-const closing = new WeakSet<http.Server>();
-const openResponses = new WeakMap<http.Server, Set<http.ServerResponse>>();
-
-/**
- * Tracks a listener's open responses so that a shutdown can end keep-alive connections: without it a
- * client that keeps reusing one connection would keep the server (and the process) alive.
- */
-function trackConnections<S extends http.Server>(server: S): S {
-  const open = new Set<http.ServerResponse>();
-  openResponses.set(server, open);
-  // Prepended, so it runs before the app answers.
-  server.prependListener('request', (_req: http.IncomingMessage, res: http.ServerResponse) => {
-    if (closing.has(server)) res.setHeader('Connection', 'close');
-    open.add(res);
-    res.once('close', () => open.delete(res));
-  });
-  return server;
-}
-
-/** Stops accepting, lets in-flight requests finish (each then closes its connection), closes idle sockets. */
-const closeServer = (server: http.Server) =>
-  new Promise<void>((resolve) => {
-    closing.add(server);
-    for (const res of openResponses.get(server) ?? [])
-      if (!res.headersSent) res.setHeader('Connection', 'close');
-    server.close(() => resolve());
-    server.closeIdleConnections();
-    // Responses in flight now answer with Connection: close, then their sockets go idle and close.
-    const sweep = setInterval(() => server.closeIdleConnections(), 100);
-    server.once('close', () => clearInterval(sweep));
-  });
-
 /** /readyz of the api and the inbox: Postgres and Temporal reachable. */
 export const serviceReadiness =
   (db: Db, temporal: ReachableConnection): Probe =>
@@ -81,17 +43,15 @@ export const serviceReadiness =
   });
 
 /**
- * The api. `beside`: a worker of the same task queue running in this process (npm start, `main.ts
- * api,worker`): with EAGER_START on, the dispatcher starts delivery workflows on that worker's
- * NativeConnection and asks for eager start (the first workflow task comes back in the start's answer
- * and runs on that worker, with no trip through Temporal's matching). Everything else (readiness,
- * signals, the API's own Temporal calls) stays on the api's lazy connection, so the api answers while
- * Temporal is away.
+ * The api. `beside`: a worker running in this process (npm start, `main.ts api,worker`): its relay
+ * starts this api's jobs too, eagerly on that worker's connection. Everything else (readiness, signals,
+ * the API's own Temporal calls) stays on the api's lazy connection, so the api answers while Temporal
+ * is away.
  */
 export async function startApi(
   rt: Runtime,
-  beside?: { connection: NativeConnection; eagerStarts?: EagerStarts },
-): Promise<Service & { dispatcher: Dispatcher; port: number }> {
+  beside?: { relay: Relay },
+): Promise<Service & { relay: Relay; port: number }> {
   // PUBLIC_BASE_URL: embedded registrations hand out callback URLs built on it.
   const s = requireSettings(rt.settings, ['TEMPORAL_ADDRESS', 'PUBLIC_BASE_URL']);
   const { client, connection } = connectTemporal({
@@ -99,45 +59,31 @@ export async function startApi(
     namespace: s.TEMPORAL_NAMESPACE,
     taskQueue: s.TASK_QUEUE,
   });
-  const eager = beside !== undefined && s.EAGER_START === 'on';
-  const dispatcher = new Dispatcher({
-    db: rt.db,
-    client: eager ? eagerStartClient(beside.connection, s.TEMPORAL_NAMESPACE) : client,
-    eager,
-    ...(eager && beside.eagerStarts ? { eagerStarts: beside.eagerStarts } : {}),
-    taskQueue: s.TASK_QUEUE,
-    logger: rt.logger,
-    sweepIntervalMs: s.SWEEP_INTERVAL,
-    slowStartRate: s.SLOW_LANE_START_RATE,
-    heldStartRate: s.HELD_START_RATE,
-    knownTargets: new KnownTargets(rt.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
-    workflow: s.DELIVERY_WORKFLOW,
-    plan: attemptPlanOf(s),
-  });
+  // Without a worker beside it: its own relay, on its lazy client, never eager.
+  const relay = beside?.relay ?? relayOf(rt, { client, taskQueue: s.TASK_QUEUE, plan: attemptPlanOf(s) });
   const registry = createRegistry('api', apiGauges(rt.db));
-  const feed = new FeedNotifier(requireSettings(rt.settings, ['DATABASE_URL']).DATABASE_URL, rt.logger);
+  const feed = new FeedNotifier(rt.listener);
   await feed.start();
   const app = createApiApp(
-    { ...rt, temporal: client, dispatcher, feed },
+    { ...rt, temporal: client, relay, feed },
     registry,
     serviceReadiness(rt.db, connection),
   );
   const server = trackConnections(http.createServer(app));
   const port = await listen(server, s.API_PORT);
-  dispatcher.start();
+  if (!beside) await relay.start();
   const retention = startRetentionTimer(rt.db, s.RETENTION, rt.logger);
   return {
     name: 'api',
     url: `http://127.0.0.1:${port}`,
     port,
-    dispatcher,
+    relay,
     async stop() {
       retention.stop();
       // Long-polls answer what they have at once, so they do not hold the shutdown up.
-      const closed = closeServer(server);
-      await feed.stop();
-      await closed;
-      await dispatcher.stop();
+      feed.stop();
+      await closeServer(server);
+      if (!beside) await relay.stop();
       await connection.close().catch(() => undefined);
     },
   };
@@ -172,32 +118,48 @@ export async function startInbox(rt: Runtime): Promise<Service & { port: number 
   };
 }
 
+/**
+ * The worker, and its process's relay: on the worker's NativeConnection, so that a fast-lane start asks
+ * to be eager (its first workflow task comes back in the start's answer, to this worker).
+ */
 export async function startWorker(
   rt: Runtime,
   source?: WorkflowSource,
-): Promise<Service & { run: Promise<void>; connection: NativeConnection; eagerStarts?: EagerStarts }> {
+): Promise<Service & { run: Promise<void>; connection: NativeConnection; relay: Relay }> {
   const s = requireSettings(rt.settings, ['TEMPORAL_ADDRESS']);
   installTemporalRuntime(rt.logger);
   boundHeapGrowth();
   const connection = await NativeConnection.connect({ address: s.TEMPORAL_ADDRESS });
+  const eager = new EagerStarts();
+  const relay = relayOf(rt, {
+    client: eagerStartClient(connection, s.TEMPORAL_NAMESPACE),
+    taskQueue: s.TASK_QUEUE,
+    plan: attemptPlanOf(s),
+    eager,
+  });
   const httpClient = createHttp(rt);
   const worker = await Workers.create(rt, httpClient, {
     connection,
     namespace: s.TEMPORAL_NAMESPACE,
     taskQueue: s.TASK_QUEUE,
+    due: relay,
+    eagerStarts: eager,
     ...(source ? { source } : {}),
   });
   const listener = trackConnections(startWorkerListener(rt, () => worker, s.WORKER_PORT, connection));
   const run = worker.run();
+  await relay.start();
   return {
     name: 'worker',
     url: `http://127.0.0.1:${s.WORKER_PORT}`,
     run,
     connection,
-    ...(worker.eagerStarts ? { eagerStarts: worker.eagerStarts } : {}),
+    relay,
     async stop() {
       worker.shutdown();
       await run.catch(() => undefined);
+      // After the worker drained: the jobs its last attempts made due are started first.
+      await relay.stop();
       await closeServer(listener);
       await httpClient.close();
       await connection.close();
@@ -241,12 +203,12 @@ export function apiGauges(db: Db): Metric[] {
     return Number(r.rows[0]!.n);
   };
   return [
-    countGauge('a2a_push_outbox_queued', 'Delivery jobs committed whose workflow has not started yet', () =>
+    countGauge('a2a_push_outbox_queued', 'Due delivery jobs whose workflow has not started yet', () =>
       queuedCount(db),
     ),
     countGauge(
       'a2a_push_outbox_held',
-      'Delivery jobs held back on purpose: queued behind an earlier job of their config (DELIVERY_ORDER=per_config), or not started until their turn (SLOW_LANE_START_RATE, HELD_START_RATE)',
+      "Delivery jobs held back on purpose: waiting for an earlier job of their config (DELIVERY_ORDER=per_config), or first contacts waiting for their tenant's turn",
       () => heldCount(db),
     ),
     countGauge('a2a_push_inbox_unprocessed', 'Inbox callbacks stored and not yet reconciled', unprocessed),

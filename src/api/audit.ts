@@ -1,5 +1,5 @@
 import { Router } from 'express';
-import { handle, parseQuery } from './body';
+import { handle, parseQuery } from '../http/body';
 import { callerOf, type ApiDeps } from './context';
 import { allow } from './routing';
 import { auditQuery } from './schemas';

@@ -5,9 +5,9 @@ import { inTx, type Tx } from '../db/pool';
 import { configView, deleteConfig, getLiveConfig, listConfigs, type ConfigRow } from '../db/outbox';
 import { checkUrlStatic, countRefusal } from '../outbound';
 import { sealSecret } from '../sealing/secrets';
-import { handle, parseBody, parseQuery, rawBody } from './body';
+import { handle, parseBody, parseQuery, rawBody } from '../http/body';
 import { callerOf, writeAnswer, type ApiDeps } from './context';
-import { Problem, validationProblem } from './problem';
+import { Problem, validationProblem } from '../http/problem';
 import { configListQuery, createConfigBody, idSchema, pageQuery } from './schemas';
 import { allow } from './routing';
 
@@ -141,8 +141,8 @@ export function configRoutes(deps: ApiDeps): Router {
         const { tenantId, apiKeyId } = callerOf(res);
         const jobs = await inTx(deps.db, (tx) => deleteConfig(tx, tenantId, taskId, configId, apiKeyId));
         res.status(204).end();
-        // Waiting deliveries end `cancelled` now rather than at their timers.
-        if (jobs && jobs.length > 0) void deps.dispatcher.wake(jobs);
+        // Deliveries with a workflow end `cancelled` now rather than at their timers (the rest already did).
+        if (jobs) deps.relay.wake(jobs);
       }),
     )
     .all(allow('GET', 'DELETE'));

@@ -6,7 +6,7 @@ import type { Db, Tx } from '../db/pool';
 import { inTx } from '../db/pool';
 import type { AddressPolicy } from '../outbound';
 import type { Keyring } from '../sealing/keyring';
-import type { Dispatcher } from './dispatcher';
+import type { Relay } from '../starts/relay';
 import { claimIdempotencyKey, storeIdempotentAnswer } from './idempotency';
 
 export interface ApiDeps {
@@ -16,7 +16,8 @@ export interface ApiDeps {
   policy: AddressPolicy;
   logger: Logger;
   temporal: Client;
-  dispatcher: Dispatcher;
+  /** This process's relay: starts the jobs a route's statement made due, and wakes running workflows. */
+  relay: Pick<Relay, 'leaseMs' | 'take' | 'wake' | 'kick'>;
 }
 
 export interface Caller {

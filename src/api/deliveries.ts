@@ -2,21 +2,20 @@ import { isUuid } from '../ids';
 import crypto from 'node:crypto';
 import { Router } from 'express';
 import {
+  afterWrite,
   deliveryView,
   getAttempts,
   getJob,
   getLiveConfig,
-  lineAhead,
-  supersedeOverBound,
+  waitingForOf,
   type JobRow,
 } from '../db/outbox';
 import { currentRequestId } from '../request-context';
-import { heldBy } from '../delivery/order';
 import { currentTraceparent } from '../tracing';
-import { handle, parseBody, parseQuery, rawBody } from './body';
+import { handle, parseBody, parseQuery, rawBody } from '../http/body';
 import { pathId } from './configs';
 import { callerOf, writeAnswer, type ApiDeps } from './context';
-import { Problem } from './problem';
+import { Problem } from '../http/problem';
 import { allow } from './routing';
 import { emptyBody, pageQuery } from './schemas';
 
@@ -25,12 +24,7 @@ export function deliveryRoutes(deps: ApiDeps): Router {
 
   async function view(job: JobRow) {
     const attempts = await getAttempts(deps.db, [job.id]);
-    // A queued job of an ordered line: the earlier delivery it waits for, as of now.
-    const ahead =
-      job.ordered && job.status === 'queued'
-        ? heldBy(BigInt(job.seq), await lineAhead(deps.db, job.config_row_id, job.seq, Date.now()))
-        : undefined;
-    return deliveryView(job, attempts.get(job.id)!, ahead?.id);
+    return deliveryView(job, attempts.get(job.id)!, await waitingForOf(deps.db, job));
   }
 
   // `{id}` and `{id}:retry` share one path segment.
@@ -63,8 +57,8 @@ export function deliveryRoutes(deps: ApiDeps): Router {
               'conflict',
               `delivery ${id} is ${job.status}: only a finished, undelivered job is retried`,
             );
-          const cfg = await tx.query<{ status: string; deleted: boolean }>(
-            'SELECT status, deleted_at IS NOT NULL AS deleted FROM push_configs WHERE row_id = $1 FOR UPDATE',
+          const cfg = await tx.query<{ status: string; deleted: boolean; url: string }>(
+            'SELECT status, deleted_at IS NOT NULL AS deleted, url FROM push_configs WHERE row_id = $1 FOR UPDATE',
             [job.config_row_id],
           );
           const c = cfg.rows[0];
@@ -74,11 +68,19 @@ export function deliveryRoutes(deps: ApiDeps): Router {
               `the config of delivery ${id} is ${c?.deleted ? 'deleted' : c?.status}`,
             );
           const newId = crypto.randomUUID();
+          const ordered = deps.settings.DELIVERY_ORDER === 'per_config';
+          const leaseMs = deps.relay.leaseMs(tenantId);
           const ins = await tx.query<JobRow>(
-            // A deliberate resend: at the end of the config's line, with the original event's number.
+            // A deliberate resend: at the end of the config's line (not due while it has an unended
+            // job: the config row is locked), with the original event's number.
             `INSERT INTO delivery_jobs (id, tenant_id, event_id, config_row_id, task_id, config_id, deadline, retry_of, request_id, traceparent,
-                                        push_seq, ordered)
-             VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7::double precision / 1000), $8, $9, $10, $11, $12) RETURNING *`,
+                                        push_seq, ordered, held_by, dispatch_lease)
+             SELECT $1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7::double precision / 1000), $8, $9, $10, $11, $12,
+                    x.behind,
+                    CASE WHEN x.behind IS NULL AND $13::double precision IS NOT NULL
+                         THEN now() + make_interval(secs => $13::double precision / 1000) END
+               FROM (SELECT CASE WHEN $12 THEN outbox_line_tail($4) END AS behind) x
+             RETURNING *`,
             [
               newId,
               tenantId,
@@ -91,20 +93,40 @@ export function deliveryRoutes(deps: ApiDeps): Router {
               currentRequestId() ?? null,
               currentTraceparent() ?? null,
               job.push_seq,
-              deps.settings.DELIVERY_ORDER === 'per_config',
+              ordered,
+              leaseMs ?? null,
             ],
           );
-          const superseded = await supersedeOverBound(
+          const row = ins.rows[0]!;
+          const after = await afterWrite(
             tx,
             [job.config_row_id],
             deps.settings.OUTBOX_BOUND_PER_CONFIG,
+            leaseMs,
           );
+          const due = [
+            ...(row.held_by === null
+              ? [
+                  {
+                    id: row.id,
+                    tenantId,
+                    taskId: row.task_id,
+                    configId: row.config_id,
+                    url: c.url,
+                    requestId: row.request_id,
+                    traceparent: row.traceparent,
+                  },
+                ]
+              : []),
+            ...after.due,
+          ];
           return {
             status: 201,
-            body: deliveryView(ins.rows[0]!, []),
+            body: deliveryView(row, []),
             after: () => {
-              deps.dispatcher.kick();
-              if (superseded.length > 0) void deps.dispatcher.wake(superseded);
+              if (leaseMs !== undefined) deps.relay.take(due);
+              else deps.relay.kick();
+              deps.relay.wake(after.superseded);
             },
           };
         });

@@ -4,10 +4,10 @@ import { rawMemberText } from '../json-span';
 import { eventWrites } from '../metrics';
 import { validateStreamResponse } from '../stream-response';
 import { currentTraceparent, inSpan } from '../tracing';
-import { handle, parseBody, rawBody } from './body';
+import { handle, parseBody, rawBody } from '../http/body';
 import { pathId } from './configs';
 import { callerOf, writeOneStatement, type ApiDeps } from './context';
-import { validationProblem } from './problem';
+import { validationProblem } from '../http/problem';
 import { allow } from './routing';
 import { eventBody } from './schemas';
 
@@ -31,8 +31,8 @@ export function eventRoutes(deps: ApiDeps): Router {
         // The push carries the value exactly as nr-llm sent it: same bytes, same key order.
         const body = rawMemberText(text!, 'streamResponse')!;
         const { tenantId } = callerOf(res);
-        // Idle: this process starts the jobs itself once the write commits; busy: the claim run does.
-        const leaseMs = deps.dispatcher.directLease(tenantId);
+        // Idle: this process's relay starts the jobs the write makes due; busy: any process's claim run.
+        const leaseMs = deps.relay.leaseMs(tenantId);
         // The request's trace context (tracing on): the jobs keep it, and their workflow starts join it.
         const traceparent = currentTraceparent();
         await writeOneStatement(deps, req, res, value, async (q) => {
@@ -49,24 +49,22 @@ export function eventRoutes(deps: ApiDeps): Router {
                 body,
                 deadlineMs: deps.settings.DELIVERY_DEADLINE,
                 boundPerConfig: deps.settings.OUTBOX_BOUND_PER_CONFIG,
-                ...(leaseMs !== undefined ? { leaseMs } : {}),
-                ...(traceparent ? { traceparent } : {}),
+                leaseMs,
+                traceparent,
                 ordered: deps.settings.DELIVERY_ORDER === 'per_config',
               });
-              set({ 'a2a_push.event_id': written.eventId, 'a2a_push.deliveries': written.starts.length });
+              set({ 'a2a_push.event_id': written.eventId, 'a2a_push.deliveries': written.jobs.length });
               return written;
             },
           );
           return {
             status: 202,
-            body: { eventId: w.eventId, deliveries: w.starts.map(({ id, configId }) => ({ id, configId })) },
+            body: { eventId: w.eventId, deliveries: w.jobs.map(({ id, configId }) => ({ id, configId })) },
             after: () => {
               eventWrites.inc();
-              if (w.starts.length > 0)
-                if (leaseMs !== undefined) deps.dispatcher.startNow(tenantId, taskId, w.starts, traceparent);
-                else deps.dispatcher.kick();
-              const wake = [...w.superseded, ...w.woken];
-              if (wake.length > 0) void deps.dispatcher.wake(wake);
+              // Leased to this process: started now (without a lease they were announced to every relay).
+              if (leaseMs !== undefined) deps.relay.take(w.due);
+              deps.relay.wake([...w.superseded, ...w.woken]);
             },
           };
         });

@@ -1,25 +1,21 @@
 import { EventEmitter } from 'node:events';
-import { Client } from 'pg';
-import type { Logger } from 'pino';
+import type { PgListener } from '../db/listen';
 import { FEED_CHANNEL } from '../db/registrations';
 
-/**
- * One LISTEN connection per API process: feed writers NOTIFY the tenant at commit, and long-polling
- * readers wake at once. Readers also re-read every `recheckMs` (1 s), so a lost connection only slows
- * them.
- */
 // Not a tenant id (tenant ids match [A-Za-z0-9._~:-]).
 const STOP = ' stop';
 
+/**
+ * Feed writers NOTIFY the tenant at commit (on the process's LISTEN connection), and long-polling
+ * readers wake at once. Readers also re-read every `recheckMs` (1 s), so a lost connection only slows
+ * them.
+ */
 export class FeedNotifier {
   private readonly emitter = new EventEmitter();
-  private client: Client | undefined;
   private stopped = false;
-  private retry: NodeJS.Timeout | undefined;
 
   constructor(
-    private readonly url: string,
-    private readonly logger: Logger,
+    private readonly listener: PgListener,
     /** How often a long-poll re-reads the feed without a notification. */
     readonly recheckMs = 1000,
   ) {
@@ -27,31 +23,9 @@ export class FeedNotifier {
   }
 
   async start(): Promise<void> {
-    if (this.stopped) return;
-    const c = new Client({ connectionString: this.url });
-    c.on('error', () => this.reconnect());
-    c.on('end', () => this.reconnect());
-    c.on('notification', (n) => {
-      if (n.channel === FEED_CHANNEL && n.payload) this.emitter.emit(n.payload);
+    await this.listener.on(FEED_CHANNEL, (tenant) => {
+      if (tenant) this.emitter.emit(tenant);
     });
-    try {
-      await c.connect();
-      await c.query(`LISTEN ${FEED_CHANNEL}`);
-      this.client = c;
-    } catch (err) {
-      this.logger.warn({ err: (err as Error).message }, 'feed notifier could not listen; retrying');
-      this.reconnect();
-    }
-  }
-
-  private reconnect() {
-    this.client = undefined;
-    if (this.stopped || this.retry) return;
-    this.retry = setTimeout(() => {
-      this.retry = undefined;
-      void this.start();
-    }, 1000);
-    this.retry.unref();
   }
 
   /** True once the process is shutting down: long-polls answer what they have. */
@@ -77,10 +51,9 @@ export class FeedNotifier {
     });
   }
 
-  async stop(): Promise<void> {
+  /** Long-polls answer what they have. */
+  stop(): void {
     this.stopped = true;
     this.emitter.emit(STOP);
-    if (this.retry) clearTimeout(this.retry);
-    await this.client?.end().catch(() => undefined);
   }
 }

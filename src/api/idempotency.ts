@@ -1,6 +1,6 @@
 import crypto from 'node:crypto';
 import type { Tx } from '../db/pool';
-import { Problem } from './problem';
+import { Problem } from '../http/problem';
 
 /** JSON with sorted keys: two bodies that differ only in key order or spacing are the same request. */
 export function canonicalJson(v: unknown): string {

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { PROBLEM_STATUS } from './problem';
+import { PROBLEM_STATUS } from '../http/problem';
 import {
   auditPage,
   configPage,

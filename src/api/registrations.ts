@@ -14,12 +14,12 @@ import {
 import { MASK } from '../sealing/keyring';
 import { newCallbackCredential } from '../sealing/callback';
 import { sealSecret } from '../sealing/secrets';
-import { signalRegistration, signalRegistrationDeleted } from '../temporal';
-import { handle, parseBody, parseQuery, rawBody } from './body';
+import { signalRegistration, signalRegistrationDeleted } from '../starts/client';
+import { handle, parseBody, parseQuery, rawBody } from '../http/body';
 import { checkTargetUrl } from './configs';
 import { callerOf, writeAnswer, type ApiDeps } from './context';
 import type { FeedNotifier } from './feed-notifier';
-import { Problem } from './problem';
+import { Problem } from '../http/problem';
 import { allow } from './routing';
 import { createRegistrationBody, feedQuery, remoteTaskBody } from './schemas';
 

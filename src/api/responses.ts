@@ -99,9 +99,16 @@ export const deliveryResponse = z
       ),
     retryOf: uuid.optional().describe('the delivery this one resends (POST /v1/deliveries/{id}:retry)'),
     deadline: timestamp,
-    workflowId: z.string(),
+    workflowId: z
+      .string()
+      .optional()
+      .describe(
+        'the Temporal workflow of this delivery (delivery-{id}); absent while it waits for an earlier delivery of its config, and for one that ended without ever starting one',
+      ),
     createdAt: timestamp,
-    finishedAt: timestamp.optional(),
+    finishedAt: timestamp
+      .optional()
+      .describe('when it ended: a final status, and no attempt of it on the wire any more'),
   })
   .strict();
 

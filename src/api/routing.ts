@@ -1,5 +1,5 @@
 import type { Request, Response } from 'express';
-import { Problem, sendProblem } from './problem';
+import { Problem, sendProblem } from '../http/problem';
 
 /** The answer for a known path with a method it does not take: 405 with Allow. */
 export const allow =

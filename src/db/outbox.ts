@@ -1,25 +1,9 @@
-import { preparedStatement, type Db, type Tx } from './pool';
+import type { Db, Tx } from './pool';
 import { audit } from './audit';
 import { MASK } from '../sealing/keyring';
-import { hostOf, makeDeliveryWorkflowId } from '../ids';
-import { hostAndTarget } from './slots';
+import { makeDeliveryWorkflowId } from '../ids';
 import { currentRequestId } from '../request-context';
-import type { LineJob } from '../delivery/order';
-import type { JobToStart } from '../temporal';
-
-export type ConfigStatus = 'active' | 'auth_failed' | 'stopped';
-export const UNFINISHED = ['queued', 'in_flight', 'waiting_retry'] as const;
-export type JobStatus =
-  | (typeof UNFINISHED)[number]
-  | 'delivered'
-  | 'failed'
-  | 'exhausted'
-  | 'expired'
-  | 'cancelled'
-  | 'superseded'
-  | 'auth_failed'
-  | 'stopped';
-export const isFinished = (s: JobStatus) => !(UNFINISHED as readonly string[]).includes(s);
+import type { ConfigStatus, DueJob, JobStatus } from '../delivery/types';
 
 export interface ConfigRow {
   row_id: string;
@@ -75,54 +59,11 @@ export async function listConfigs(
   return r.rows.length > q.limit ? { rows, next: rows.at(-1)!.row_id } : { rows };
 }
 
-/** The ids of a config's unfinished jobs (to wake them when the config ended), but `except`. */
-export async function unfinishedJobsOf(db: Db | Tx, configRowId: string, except?: string): Promise<string[]> {
-  const r = await db.query<{ id: string }>(
-    `SELECT id FROM delivery_jobs
-      WHERE config_row_id = $1 AND id IS DISTINCT FROM $2::uuid AND status IN ('queued', 'in_flight', 'waiting_retry')`,
-    [configRowId, except ?? null],
-  );
-  return r.rows.map((j) => j.id);
-}
-
 /**
- * Marks jobs whose workflow has started (by the dispatcher, or by a wake that found it not started):
- * they leave the claim run for good.
+ * Soft-deletes a config and shreds its credential. Its line ends as a whole (outbox_line_close): the
+ * jobs not due end `cancelled` here, without a workflow; answers the due unfinished ones, whose
+ * workflows are woken to end the same way.
  */
-export async function markDispatched(db: Db | Tx, ids: string[]): Promise<void> {
-  if (ids.length === 0) return;
-  await db.query(markDispatchedStatement([ids]));
-}
-
-const markDispatchedStatement = preparedStatement<[string[]]>(
-  'outbox.dispatched',
-  'UPDATE delivery_jobs SET dispatched_at = now(), dispatch_lease = NULL WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL',
-);
-
-/** What a workflow start of these jobs needs (ids and the target's host: nothing secret). */
-export async function jobsToStart(db: Db | Tx, ids: string[]): Promise<JobToStart[]> {
-  const r = await db.query<{
-    id: string;
-    tenant_id: string;
-    task_id: string;
-    config_id: string;
-    url: string;
-  }>(
-    `SELECT j.id, j.tenant_id, j.task_id, j.config_id, c.url
-       FROM delivery_jobs j JOIN push_configs c ON c.row_id = j.config_row_id
-      WHERE j.id = ANY($1::uuid[])`,
-    [ids],
-  );
-  return r.rows.map((j) => ({
-    id: j.id,
-    tenantId: j.tenant_id,
-    taskId: j.task_id,
-    configId: j.config_id,
-    host: hostOf(j.url),
-  }));
-}
-
-/** Soft-deletes a config and shreds its credential. Returns the ids of its unfinished jobs, to wake them. */
 export async function deleteConfig(
   tx: Tx,
   tenantId: string,
@@ -148,24 +89,46 @@ export async function deleteConfig(
     before: row.status,
     after: 'deleted',
   });
-  return unfinishedJobsOf(tx, row.row_id);
+  return closeLine(tx, row.row_id, 'cancelled', 'config_deleted');
+}
+
+/**
+ * A config's line ends as a whole (the caller changed the config row: paused, stopped, deleted): its
+ * jobs not due end with `status` here; answers the due unfinished ones but `except`, to wake.
+ */
+export async function closeLine(
+  q: Db | Tx,
+  configRowId: string,
+  status: JobStatus,
+  reason: string | null,
+  except?: string,
+): Promise<string[]> {
+  const r = await q.query<{ id: string }>('SELECT outbox_line_close($1, $2, $3, $4) AS id', [
+    configRowId,
+    status,
+    reason,
+    except ?? null,
+  ]);
+  return r.rows.map((x) => x.id);
+}
+
+/** A write's new job: its id and config, and whether it waits for its line (not due). */
+export interface WrittenJob {
+  id: string;
+  configId: string;
+  /** The unended earlier job of its config it was written behind (DELIVERY_ORDER=per_config): not due. */
+  behind?: string;
 }
 
 export interface WrittenEvent {
   eventId: string;
-  /** The new jobs, with what starting each one's workflow needs (ids and the target's host: nothing secret). */
-  starts: Array<{
-    id: string;
-    configId: string;
-    host: string;
-    /** The target (`host:port`) its attempts go to: the dispatcher's lane hint reads it. */
-    target?: string;
-    /** DELIVERY_ORDER=per_config: the unfinished earlier job of its config this one waits for. */
-    behind?: string;
-    /** With `behind`: the job's deadline (epoch ms, from the write's start; the row's is at most a little earlier). */
-    deadlineAt?: number;
-  }>;
-  /** Jobs pushed out by the per-config bound; their workflows are woken to end. */
+  jobs: WrittenJob[];
+  /**
+   * The jobs this write made due, leased to the writer when it asked (`leaseMs`): its new jobs that
+   * head their line, and older ones whose line the bound moved on.
+   */
+  due: DueJob[];
+  /** Jobs pushed out by the per-config bound: their running workflows are woken to end. */
   superseded: string[];
   /** Heads of ordered lines waiting for a retry, asked for one early attempt by this event: woken. */
   woken: string[];
@@ -173,8 +136,9 @@ export interface WrittenEvent {
 
 /**
  * The outbox write: the event, one job per active config of the task, and the bound, in one statement
- * (atomic alone, or part of the caller's tx). `leaseMs` marks the new jobs as being started by this process (the dispatcher's direct start),
- * so that no claim run starts them meanwhile; a lost direct start is claimed again once it expires.
+ * (atomic alone, or part of the caller's tx; migration 020). `leaseMs` leases the jobs it makes due to
+ * this process, whose relay starts them at once; without it they are announced to every process's
+ * claim run.
  */
 export async function writeEvent(
   db: Db | Tx,
@@ -185,16 +149,14 @@ export async function writeEvent(
     body: string;
     deadlineMs: number;
     boundPerConfig: number;
-    leaseMs?: number;
+    leaseMs?: number | undefined;
     /** The writing request's trace context, kept on the jobs for their workflow starts (src/tracing.ts). */
-    traceparent?: string;
+    traceparent?: string | undefined;
     /** DELIVERY_ORDER=per_config: the new jobs wait for the earlier jobs of their config. */
     ordered?: boolean;
   },
 ): Promise<WrittenEvent> {
-  // One statement (migration 006): the event, its task's active configs (locked, which serialises
-  // writers per config so the bound counts exactly), one job per config, and the bound.
-  const deadlineAt = Date.now() + e.deadlineMs;
+  const requestId = currentRequestId() ?? null;
   const w = await db.query<{
     o_event_id: string;
     o_job_ids: string[];
@@ -203,39 +165,61 @@ export async function writeEvent(
     o_superseded: string[];
     o_woken: string[];
     o_behind: Array<string | null>;
+    o_due: DueJob[];
   }>('SELECT * FROM outbox_write_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)', [
     e.tenantId,
     e.taskId,
     e.kind,
     e.body,
     e.deadlineMs,
-    currentRequestId() ?? null,
+    requestId,
     e.leaseMs ?? null,
     e.boundPerConfig,
     e.traceparent ?? null,
     e.ordered ?? false,
   ]);
   const r = w.rows[0]!;
+  const jobs = r.o_job_ids.map((id, i) => ({
+    id,
+    configId: r.o_config_ids[i]!,
+    ...(r.o_behind[i] ? { behind: r.o_behind[i]! } : {}),
+  }));
+  const heads: DueJob[] = jobs
+    .map((j, i) => ({ ...j, url: r.o_urls[i]! }))
+    .filter((j) => !j.behind)
+    .map((j) => ({
+      id: j.id,
+      tenantId: e.tenantId,
+      taskId: e.taskId,
+      configId: j.configId,
+      url: j.url,
+      requestId,
+      traceparent: e.traceparent ?? null,
+    }));
   return {
     eventId: r.o_event_id,
-    starts: r.o_job_ids.map((id, i) => ({
-      id,
-      configId: r.o_config_ids[i]!,
-      ...hostAndTarget(r.o_urls[i]!),
-      ...(r.o_behind[i] ? { behind: r.o_behind[i]!, deadlineAt } : {}),
-    })),
+    jobs,
+    due: [...heads, ...r.o_due],
     superseded: r.o_superseded,
     woken: r.o_woken,
   };
 }
 
-/** Marks the oldest unfinished jobs of each config superseded while a config holds more than the bound. */
-export async function supersedeOverBound(tx: Tx, configRowIds: string[], bound: number): Promise<string[]> {
-  const r = await tx.query<{ id: string }>('SELECT outbox_supersede_over_bound($1::bigint[], $2) AS id', [
-    configRowIds,
-    bound,
-  ]);
-  return r.rows.map((x) => x.id);
+/**
+ * After new jobs of these configs (their rows locked by the caller's transaction): the bound, then
+ * each line's head due. Answers the superseded jobs (to wake) and the jobs made due.
+ */
+export async function afterWrite(
+  tx: Tx,
+  configRowIds: string[],
+  bound: number,
+  leaseMs: number | undefined,
+): Promise<{ superseded: string[]; due: DueJob[] }> {
+  const r = await tx.query<{ o_superseded: string[]; o_due: DueJob[] }>(
+    'SELECT o_superseded, o_due FROM outbox_after_write($1::bigint[], $2, $3)',
+    [configRowIds, bound, leaseMs ?? null],
+  );
+  return { superseded: r.rows[0]!.o_superseded, due: r.rows[0]!.o_due };
 }
 
 export interface JobRow {
@@ -259,6 +243,8 @@ export interface JobRow {
   wake_early: boolean;
   early_taken: boolean;
   dispatched_at: Date | null;
+  request_id: string | null;
+  traceparent: string | null;
   created_at: Date;
   finished_at: Date | null;
 }
@@ -293,7 +279,28 @@ export async function getAttempts(db: Db | Tx, jobIds: string[]): Promise<Map<st
   return out;
 }
 
+/**
+ * The earlier delivery of its config a job that waits for its line waits for: the nearest one that has
+ * not ended (undefined for a job that does not wait).
+ */
+export async function waitingForOf(db: Db | Tx, j: JobRow): Promise<string | undefined> {
+  if (j.status !== 'queued' || j.held_by === null) return undefined;
+  const r = await db.query<{ id: string }>(
+    `SELECT id FROM delivery_jobs WHERE config_row_id = $1 AND ordered AND finished_at IS NULL AND seq < $2
+      ORDER BY seq DESC LIMIT 1`,
+    [j.config_row_id, j.seq],
+  );
+  return r.rows[0]?.id ?? j.held_by;
+}
+
+/**
+ * The API's view of a job. `waitingFor`: the earlier delivery of its config a job that waits for its
+ * line waits for (waitingForOf). `workflowId`: once its workflow has started, or while it is due and
+ * about to start; a job that waits for its line, or ended without ever starting one, has none.
+ */
 export function deliveryView(j: JobRow, attempts: AttemptRow[], waitingFor?: string) {
+  const workflow =
+    j.dispatched_at !== null || (j.finished_at === null && j.status === 'queued' && j.held_by === null);
   return {
     id: j.id,
     eventId: j.event_id,
@@ -315,78 +322,8 @@ export function deliveryView(j: JobRow, attempts: AttemptRow[], waitingFor?: str
     ...(waitingFor !== undefined ? { waitingFor } : {}),
     ...(j.retry_of !== null ? { retryOf: j.retry_of } : {}),
     deadline: j.deadline.toISOString(),
-    workflowId: makeDeliveryWorkflowId(j.id),
+    ...(workflow ? { workflowId: makeDeliveryWorkflowId(j.id) } : {}),
     createdAt: j.created_at.toISOString(),
     ...(j.finished_at !== null ? { finishedAt: j.finished_at.toISOString() } : {}),
   };
-}
-
-/**
- * The jobs of a config's line that can hold the job at `seq` back (src/delivery/order.ts): the nearest
- * earlier ordered job that has not finished, the nearest earlier one with an attempt on the wire, and
- * the line's head (the first that has not finished: its retry schedule bounds how long the line waits).
- * An attempt without an outcome that started more than ON_WIRE_LIMIT before `nowMs` (workflow time)
- * is taken as gone: no attempt outlives its activity's start-to-close timeout (2 min).
- */
-export async function lineAhead(
-  db: Db | Tx,
-  configRowId: string,
-  seq: string | bigint,
-  nowMs: number,
-): Promise<LineJob[]> {
-  const r = await db.query<LineRow>('SELECT * FROM outbox_line_ahead($1, $2, $3, $4)', [
-    configRowId,
-    String(seq),
-    Math.round(nowMs),
-    ON_WIRE_LIMIT_MS / 1000,
-  ]);
-  return r.rows.map(lineJobOf);
-}
-
-/** A row of outbox_line_ahead (migration 013), as pg gives it or as json_agg wrote it. */
-export interface LineRow {
-  id: string;
-  seq: string | number;
-  status: JobStatus;
-  open_attempt: boolean;
-  next_attempt_at: Date | string | null;
-}
-
-export const lineJobOf = (x: LineRow): LineJob => ({
-  id: x.id,
-  seq: BigInt(x.seq),
-  status: x.status,
-  openAttempt: x.open_attempt,
-  ...(x.next_attempt_at !== null ? { nextAttemptAt: new Date(x.next_attempt_at).getTime() } : {}),
-});
-
-/** An attempt row without an outcome older than this is not on the wire any more (see lineAhead). */
-export const ON_WIRE_LIMIT_MS = 3 * 60_000;
-
-const readLineAfter = preparedStatement<[string, string]>(
-  'outbox.line_after',
-  `SELECT id, seq, status, dispatched_at IS NOT NULL AS dispatched FROM delivery_jobs
-    WHERE config_row_id = $1 AND seq > $2 AND ordered AND status IN ('queued', 'in_flight', 'waiting_retry')
-    ORDER BY seq LIMIT 1`,
-);
-
-/**
- * The first later ordered job of the config's line that has not finished: the one to wake when a job
- * ends, with whether its workflow's start is on record.
- */
-export async function lineAfter(
-  db: Db | Tx,
-  configRowId: string,
-  seq: string | bigint,
-): Promise<Array<LineJob & { dispatched: boolean }>> {
-  const r = await db.query<{ id: string; seq: string; status: JobStatus; dispatched: boolean }>(
-    readLineAfter([configRowId, String(seq)]),
-  );
-  return r.rows.map((x) => ({
-    id: x.id,
-    seq: BigInt(x.seq),
-    status: x.status,
-    openAttempt: false,
-    dispatched: x.dispatched,
-  }));
 }

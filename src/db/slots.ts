@@ -1,5 +1,6 @@
 import { Counter, Histogram } from 'prom-client';
-import type { Db, Tx } from './pool';
+import type { CallHealth } from '../delivery/health';
+import type { Db } from './pool';
 
 /**
  * Host isolation (contract §10): at most `capacity` calls to one target on the wire at once, across
@@ -82,14 +83,64 @@ export interface Acquired {
   granted: string[];
 }
 
-/** 'healthy' (a 2xx) clears the slow-lane mark; 'suspect' sets it; 'neutral' leaves it. */
-export type CallHealth = 'healthy' | 'suspect' | 'neutral';
+/** outbound_acquire's argument (migration 020), also the slot part of an attempt's begin. */
+export interface SlotRequest {
+  target: string;
+  holder: string;
+  tenant: string;
+  capacity: number;
+  leaseMs: number;
+  waitMs: number;
+  grantMs: number;
+  /** A fast-lane call: a target in the slow lane gives it no slot and no place. */
+  refuseSuspect: boolean;
+  /** A fast-lane attempt: a target without a 2xx within this long takes nothing (it goes to the slow lane). */
+  knownMs?: number | null;
+}
+
+/** outbound_release's argument (migration 020), also the slot part of an attempt's end. */
+export interface SlotRelease {
+  target: string;
+  holder: string;
+  capacity: number;
+  grantMs: number;
+  waitMs: number;
+  suspectMs: number;
+  health: CallHealth;
+}
 
 export class HostSlots {
   constructor(
     private readonly db: Db,
     readonly settings: SlotSettings,
   ) {}
+
+  /** What taking a slot at `target` for `holder` asks (for an attempt's begin, or `acquire`). */
+  request(target: string, holder: string, tenant: string, refuseSuspect: boolean): SlotRequest {
+    return {
+      target,
+      holder,
+      tenant,
+      capacity: this.capacityOf(target),
+      leaseMs: this.settings.leaseMs,
+      waitMs: this.settings.waitMs,
+      grantMs: this.settings.grantMs,
+      refuseSuspect,
+    };
+  }
+
+  /** What giving `holder`'s slot at `target` back asks (for an attempt's end, or `release`). */
+  releaseOf(target: string, holder: string, health: CallHealth): SlotRelease {
+    return {
+      target,
+      holder,
+      capacity: this.capacityOf(target),
+      grantMs: this.settings.grantMs,
+      waitMs: this.settings.waitMs,
+      suspectMs: this.settings.suspectMs,
+      health,
+    };
+  }
 
   /**
    * Takes a slot, or a place in line. `refuseSuspect` (a call in the fast lane): a target in the slow
@@ -103,20 +154,10 @@ export class HostSlots {
     refuseSuspect = false,
   ): Promise<Acquired> {
     const r = await this.db.query<{ o_acquired: boolean; o_suspect: boolean; o_granted: string[] }>(
-      'SELECT * FROM outbound_acquire($1, $2, $3, $4, $5, $6, $7, $8)',
-      [
-        target,
-        holder,
-        tenantId,
-        this.capacityOf(target),
-        this.settings.leaseMs,
-        this.settings.waitMs,
-        refuseSuspect,
-        this.settings.grantMs,
-      ],
+      'SELECT o_acquired, o_suspect, o_granted FROM outbound_acquire($1::jsonb)',
+      [this.request(target, holder, tenantId, refuseSuspect)],
     );
-    const row = r.rows[0]!;
-    return this.answer(row, refuseSuspect, kind);
+    return this.answer(r.rows[0]!, refuseSuspect, kind);
   }
 
   /**
@@ -138,25 +179,11 @@ export class HostSlots {
   }
 
   /** Gives the slot (or the place in line) back; answers the holders granted the freed room. */
-  async release(
-    target: string,
-    holder: string,
-    health: CallHealth,
-    tx: Db | Tx = this.db,
-  ): Promise<string[]> {
-    const r = await tx.query<{ outbound_release: string }>(
-      'SELECT outbound_release($1, $2, $3, $4, $5, $6, $7)',
-      [
-        target,
-        holder,
-        this.capacityOf(target),
-        this.settings.grantMs,
-        health,
-        this.settings.suspectMs,
-        this.settings.waitMs,
-      ],
-    );
-    return r.rows.map((x) => x.outbound_release);
+  async release(target: string, holder: string, health: CallHealth): Promise<string[]> {
+    const r = await this.db.query<{ holder: string }>('SELECT outbound_release($1::jsonb) AS holder', [
+      this.releaseOf(target, holder, health),
+    ]);
+    return r.rows.map((x) => x.holder);
   }
 
   /**
@@ -167,24 +194,15 @@ export class HostSlots {
    * holders granted the freed room (none when kept).
    */
   async releaseUnlessLive(target: string, holder: string, health: CallHealth): Promise<string[]> {
-    const r = await this.db.query<{ outbound_release: string }>(
-      `SELECT outbound_release($1, $2, $3, $4, $5, $6, $7)
+    const r = await this.db.query<{ holder: string }>(
+      `SELECT outbound_release($1::jsonb) AS holder
         WHERE NOT EXISTS (
           SELECT 1 FROM outbound_slots
-           WHERE target = $1 AND holder = $2
-             AND expires_at > now() + make_interval(secs => $8::double precision / 1000))`,
-      [
-        target,
-        holder,
-        this.capacityOf(target),
-        this.settings.grantMs,
-        health,
-        this.settings.suspectMs,
-        this.settings.waitMs,
-        this.settings.leaseMs / 2,
-      ],
+           WHERE target = $2 AND holder = $3
+             AND expires_at > now() + make_interval(secs => $4::double precision / 1000))`,
+      [this.releaseOf(target, holder, health), target, holder, this.settings.leaseMs / 2],
     );
-    return r.rows.map((x) => x.outbound_release);
+    return r.rows.map((x) => x.holder);
   }
 
   /** Keeps a long call's lease alive: every third of the lease, while `fn` runs. */

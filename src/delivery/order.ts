@@ -1,5 +1,5 @@
-import type { JobStatus } from '../db/outbox';
-import { isFinished } from '../db/outbox';
+import type { JobStatus } from './types';
+import { isFinished } from './types';
 
 /**
  * Ordered delivery (DELIVERY_ORDER=per_config, contract §10): a config's jobs form a line in the order

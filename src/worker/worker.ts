@@ -15,18 +15,16 @@ import { readRequestId, withRequestContext } from '../request-context';
 import { temporalWorkerTracing } from '../tracing';
 import express from 'express';
 import { createDeliveryActivities } from '../activities/delivery';
-import { LocalAttemptClock, workflowSlotSupplier } from './workflow-slots';
-import { EagerStarts } from './eager-starts';
+import { EAGER_SLOTS, LocalAttemptClock, workflowSlotSupplier } from './workflow-slots';
 import { createRegistrationActivities } from '../activities/registration';
 import { parseTargetBounds, requireSettings, workflowTaskPollers, workflowTaskSlots } from '../config';
-import { opsRoutes } from '../api/app';
-import { createRegistry, lineWakes } from '../metrics';
+import { opsRoutes } from '../http/ops';
+import { createRegistry } from '../metrics';
 import type { OutboundClient } from '../outbound';
 import { pgReachable } from '../db/pool';
 import { DEFAULT_SLOT_SETTINGS, HostSlots } from '../db/slots';
-import { markDispatched } from '../db/outbox';
-import { attemptPlanOf } from '../delivery/schedule';
-import { wakeDeliveries, wakeOrStartDeliveries, type DeliveryStarter } from '../temporal';
+import type { DueHandoff } from '../delivery/types';
+import { wakeDeliveries } from '../starts/client';
 import { isUuid } from '../ids';
 import { Client } from '@temporalio/client';
 import type { Runtime } from '../runtime';
@@ -71,8 +69,9 @@ export function activitiesFor(
   rt: Runtime,
   httpClient: OutboundClient,
   client: Client,
+  due: DueHandoff,
   localAttempts?: LocalAttemptClock,
-  eagerStarts?: EagerStarts,
+  eagerStarts?: { done(jobId: string): void },
 ) {
   const s = requireSettings(rt.settings, ['PUBLIC_BASE_URL']);
   const slots = new HostSlots(rt.db, {
@@ -84,16 +83,6 @@ export function activitiesFor(
   // workflow to wake.
   const wake = (holders: string[]) =>
     wakeDeliveries(client, [...new Set(holders.map((h) => h.split(':')[0]!))].filter(isUuid));
-  // The next job of a line may wait in its start delay: it is woken (or started) as the dispatcher starts it.
-  const starter: DeliveryStarter = {
-    client,
-    taskQueue: s.TASK_QUEUE,
-    kind: s.DELIVERY_WORKFLOW,
-    plan: attemptPlanOf(s),
-    // The next job of a line not started yet starts eagerly on this worker, within its tenant's places.
-    ...(eagerStarts ? { eager: eagerStarts } : {}),
-    onWake: (how) => lineWakes.inc({ how }),
-  };
   const registration = createRegistrationActivities({
     db: rt.db,
     keyring: rt.keyring,
@@ -121,8 +110,7 @@ export function activitiesFor(
     logger: rt.logger,
     slots,
     wake,
-    // A job the wake started (held back by HELD_START_RATE, not started yet) leaves the claim run.
-    wakeOrStart: async (jobs) => markDispatched(rt.db, await wakeOrStartDeliveries(starter, jobs)),
+    due,
     failingAfterMs: s.CONFIG_FAILING_AFTER,
     ...(localAttempts ? { localAttempts } : {}),
     ...(eagerStarts ? { eagerStarts } : {}),
@@ -244,8 +232,6 @@ export class Workers {
   constructor(
     readonly main: Worker,
     readonly slow: Worker,
-    /** Eager starts in flight per tenant (EAGER_START=on), shared with an api beside this worker. */
-    readonly eagerStarts?: EagerStarts,
   ) {}
 
   static async create(
@@ -255,6 +241,10 @@ export class Workers {
       connection: NativeConnection;
       namespace: string;
       taskQueue: string;
+      /** Where the jobs an attempt's end makes due go: this process's relay. */
+      due: DueHandoff;
+      /** The eager places of this process's relay, given back as a job's attempt call ends. */
+      eagerStarts?: { done(jobId: string): void };
       source?: WorkflowSource;
       /** Options of the main worker that differ (tests' in-process workers). */
       main?: Partial<WorkerOptions>;
@@ -262,19 +252,10 @@ export class Workers {
   ): Promise<Workers> {
     const client = new Client({ connection: o.connection, namespace: o.namespace });
     const wftSlots = workflowTaskSlots(rt.settings);
-    if (!wftSlots.elastic && rt.settings.DELIVERY_WORKFLOW === 'lean')
-      // A pinned count (set before lean became the default, say): each lean attempt keeps its run's
-      // workflow task slot while on the wire, so hanging targets can take every slot for DELIVERY_TIMEOUT.
-      rt.logger.warn(
-        { WORKER_WORKFLOW_TASK_SLOTS: wftSlots.active },
-        'WORKER_WORKFLOW_TASK_SLOTS is fixed under DELIVERY_WORKFLOW=lean: attempts that hang can take every workflow task slot of this worker until they time out; unset it for elastic slots',
-      );
-    // Lean (unless the slots are set): its local attempts are timed, and a run whose attempt hangs stops
-    // counting against the slots (src/worker/workflow-slots.ts).
-    const clock = wftSlots.elastic ? new LocalAttemptClock() : undefined;
-    const eagerStarts =
-      rt.settings.EAGER_START === 'on' ? new EagerStarts(rt.settings.EAGER_START_PER_TENANT) : undefined;
-    const activities = activitiesFor(rt, httpClient, client, clock, eagerStarts);
+    // Local attempts are timed, and a run whose attempt hangs stops counting against the slots
+    // (src/worker/workflow-slots.ts).
+    const clock = new LocalAttemptClock();
+    const activities = activitiesFor(rt, httpClient, client, o.due, clock, o.eagerStarts);
     const interceptors = { activity: activityInterceptors(rt.logger) };
     const wf = workflowTracing();
     const main = await Worker.create({
@@ -285,26 +266,18 @@ export class Workers {
       activities,
       ...(wf.sinks ? { sinks: wf.sinks } : {}),
       interceptors: { ...interceptors, workflowModules: wf.workflowModules },
-      ...(clock
-        ? {
-            tuner: {
-              workflowTaskSlotSupplier: workflowSlotSupplier(
-                wftSlots.active,
-                wftSlots.hardCap,
-                clock,
-                undefined,
-                eagerStarts ? rt.settings.EAGER_START_SLOTS : 0,
-              ),
-              activityTaskSlotSupplier: { type: 'fixed-size', numSlots: rt.settings.WORKER_ACTIVITY_SLOTS },
-              localActivityTaskSlotSupplier: { type: 'fixed-size', numSlots: LOCAL_ACTIVITY_SLOTS },
-              nexusTaskSlotSupplier: { type: 'fixed-size', numSlots: 1 },
-            },
-          }
-        : {
-            maxConcurrentActivityTaskExecutions: rt.settings.WORKER_ACTIVITY_SLOTS,
-            maxConcurrentWorkflowTaskExecutions: wftSlots.active,
-            maxConcurrentLocalActivityExecutions: LOCAL_ACTIVITY_SLOTS,
-          }),
+      tuner: {
+        workflowTaskSlotSupplier: workflowSlotSupplier(
+          wftSlots.active,
+          wftSlots.hardCap,
+          clock,
+          undefined,
+          o.eagerStarts ? EAGER_SLOTS : 0,
+        ),
+        activityTaskSlotSupplier: { type: 'fixed-size', numSlots: rt.settings.WORKER_ACTIVITY_SLOTS },
+        localActivityTaskSlotSupplier: { type: 'fixed-size', numSlots: LOCAL_ACTIVITY_SLOTS },
+        nexusTaskSlotSupplier: { type: 'fixed-size', numSlots: 1 },
+      },
       // Half the slots in progress poll the task queue, 2-10 (workflowTaskPollers, src/config.ts).
       workflowTaskPollerBehavior: { type: 'simple-maximum', maximum: workflowTaskPollers(wftSlots.active) },
       // Ratio 1: all of those poll the task queue (5 with the default slots), and the sticky queue gets
@@ -333,7 +306,7 @@ export class Workers {
       maxConcurrentActivityTaskExecutions: rt.settings.SLOW_LANE_CONCURRENCY,
       shutdownGraceTime: '20s',
     });
-    return new Workers(main, slow, eagerStarts);
+    return new Workers(main, slow);
   }
 
   /** Runs both until both stop (a failure of either stops the other). */

@@ -43,6 +43,14 @@ export const FORGET_LOCAL_ATTEMPT_MS = 3 * 60_000;
 /** Of the `active` workflow tasks in progress, how many eagerly started ones can never take from the polls. */
 export const POLL_ROOM = 2;
 
+/**
+ * Workflow task slots of a worker for eagerly started runs (its process's relay starts them), granted
+ * even while its WORKER_WORKFLOW_TASK_SLOTS are in progress: their tasks count among those, up to all
+ * but POLL_ROOM, so it polls less meanwhile. Its tenants' eager places bound who takes them
+ * (src/starts/eager.ts).
+ */
+export const EAGER_SLOTS = 40;
+
 /** How long a local attempt is out before its run stops counting as in progress. */
 export const STUCK_LOCAL_ATTEMPT_MS = 1_000;
 
@@ -65,7 +73,7 @@ export const STUCK_LOCAL_ATTEMPT_MS = 1_000;
  * polled keep their slots, so at most `active` polled tasks run beside the eager ones. Which tenants
  * may start eagerly, and how many at once, is the starters' bound (src/worker/eager-starts.ts). A
  * refused eager start goes through the task queue. With `eager` 0, an eager start needs one of the
- * `active` slots, as a poll does (as before session 25).
+ * `active` slots, as a poll does.
  */
 export function workflowSlotSupplier(
   active: number,

@@ -72,7 +72,6 @@ it('a frozen worker’s attempt and its rerun overlap: delivered, at most one du
     temporalAddress: process.env.TEST_TEMPORAL_ADDRESS!,
     // The POST may stay on the wire through the freeze; the rerun's backoff outlasts the thaw.
     extra: {
-      DELIVERY_WORKFLOW: 'lean',
       DELIVERY_ORDER: 'none',
       DELIVERY_TIMEOUT: '60s',
       RETRY_INITIAL: '15s',

@@ -4,11 +4,8 @@
  * duplicate per kill; the attempt rows agree with what the receiver saw.
  *
  * Real processes: `src/main.ts api` and `src/main.ts worker` as children, the run's dev server and
- * Postgres (a database of its own per workflow type), a scripted HTTPS receiver on 127.0.0.1. Run for
- * both delivery workflow types (DELIVERY_WORKFLOW): classic, whose attempt is an activity that
- * heartbeats, and lean (issue 21), whose fast-lane attempt is a local activity inside a workflow task:
- * a dead worker is noticed by the activity's heartbeat timeout or by the workflow task's timeout,
- * both 20 s.
+ * Postgres, a scripted HTTPS receiver on 127.0.0.1. The delivery workflow's fast-lane attempt is a
+ * local activity inside a workflow task: a dead worker is noticed by the workflow task's timeout (20 s).
  */
 import { createTestDb, type TestDb } from '../helpers/db';
 import { temporal as temporalProto } from '@temporalio/proto';
@@ -26,7 +23,8 @@ import {
   writeEventVia,
 } from './helpers/procs';
 
-describe.each(['classic', 'lean'] as const)('DELIVERY_WORKFLOW=%s', (kind) => {
+describe('the delivery workflow', () => {
+  const kind = 'lean';
   let tdb: TestDb;
   let receiver: Receiver;
   let env: Record<string, string>;
@@ -57,7 +55,7 @@ describe.each(['classic', 'lean'] as const)('DELIVERY_WORKFLOW=%s', (kind) => {
       // The backoff after the first 503 is 8-12 s: long enough to kill the worker inside it.
       // Four jobs of one config on the wire at once: each job's own durability through a kill is what
       // this tests, so without the per-config order (faults/ordered-delivery.test.ts keeps order).
-      extra: { RETRY_INITIAL: '10s', RETRY_MAX: '20s', DELIVERY_ORDER: 'none', DELIVERY_WORKFLOW: kind },
+      extra: { RETRY_INITIAL: '10s', RETRY_MAX: '20s', DELIVERY_ORDER: 'none' },
     });
     api = await spawnService('api', env);
     svcs.push(api);
@@ -198,30 +196,20 @@ describe.each(['classic', 'lean'] as const)('DELIVERY_WORKFLOW=%s', (kind) => {
     expect(duplicates).toBe(hang.length + hang2.length);
 
     // The dead worker's attempt ran again after 20 s, not after the attempt's 2-minute start-to-close
-    // timeout: classic, its activity retried after its heartbeat timeout (the retried start records why);
-    // lean, the workflow task that ran it as a local activity timed out and a new worker took the run.
+    // timeout: the workflow task that ran it as a local activity timed out and a new worker took the run.
     const temporal = await connectDevServer();
     try {
       const h = await temporal.client.workflow.getHandle(makeDeliveryWorkflowId(hang[0]!)).fetchHistory();
       const events = h.events ?? [];
-      if (kind === 'classic') {
-        const retried = events
-          .map((e) => e.activityTaskStartedEventAttributes)
-          .find((a) => a && (a.attempt ?? 1) > 1);
-        expect(retried?.lastFailure?.timeoutFailureInfo?.timeoutType).toBe(
-          temporalProto.api.enums.v1.TimeoutType.TIMEOUT_TYPE_HEARTBEAT,
-        );
-      } else {
-        const timedOut = events.find((e) => e.workflowTaskTimedOutEventAttributes);
-        expect(timedOut?.workflowTaskTimedOutEventAttributes?.timeoutType).toBe(
-          temporalProto.api.enums.v1.TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE,
-        );
-        expect(events.some((e) => e.activityTaskScheduledEventAttributes)).toBe(false);
-        // Attempts 1 (found interrupted by the new worker's rerun) and 2 (delivered) are local activities.
-        expect(
-          events.filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity').length,
-        ).toBeGreaterThanOrEqual(2);
-      }
+      const timedOut = events.find((e) => e.workflowTaskTimedOutEventAttributes);
+      expect(timedOut?.workflowTaskTimedOutEventAttributes?.timeoutType).toBe(
+        temporalProto.api.enums.v1.TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE,
+      );
+      expect(events.some((e) => e.activityTaskScheduledEventAttributes)).toBe(false);
+      // Attempts 1 (found interrupted by the new worker's rerun) and 2 (delivered) are local activities.
+      expect(
+        events.filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity').length,
+      ).toBeGreaterThanOrEqual(2);
     } finally {
       await temporal.close();
     }

@@ -1,4 +1,4 @@
-import { describePlan } from '../../src/delivery/schedule';
+import { attemptPlanOf } from '../../src/delivery/schedule';
 import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -12,9 +12,12 @@ import {
 } from '@temporalio/worker';
 import { createApiApp } from '../../src/api/app';
 import type { ApiDeps } from '../../src/api/context';
-import { Dispatcher, type DispatcherOptions } from '../../src/api/dispatcher';
-import { KnownTargets } from '../../src/api/known-targets';
 import { FeedNotifier } from '../../src/api/feed-notifier';
+import { PgListener } from '../../src/db/listen';
+import { DELIVERY_WORKFLOW_TYPES, eagerStartClient, type Starter } from '../../src/starts/client';
+import { EagerStarts } from '../../src/starts/eager';
+import { KnownTargets } from '../../src/starts/known-targets';
+import { Relay, relayOf, type RelayOptions } from '../../src/starts/relay';
 import { createInboxApp } from '../../src/inbox/app';
 import { loadSettings } from '../../src/config';
 import { createApiKey } from '../../src/db/apikeys';
@@ -28,12 +31,11 @@ import { makeDeliveryWorkflowId } from '../../src/ids';
 import { DEFAULT_SLOT_SETTINGS, targetOf } from '../../src/db/slots';
 import type { DeliveryResult } from '../../src/workflows/delivery';
 import { activityInterceptors, temporalLogForwarder, Workers } from '../../src/worker/worker';
-import { clientInterceptors, eagerStartClient } from '../../src/temporal';
+import { clientInterceptors } from '../../src/temporal';
 import { temporalWorkerTracing } from '../../src/tracing';
 import { SEARCH_ATTRIBUTES } from '../../src/workflows/search-attributes';
 import pino from 'pino';
 import type { temporal as proto } from '@temporalio/proto';
-import { testDeliveryWorkflow } from './delivery-workflow';
 import { createTestDb, type TestDb } from './db';
 import { makeTestTls } from './tls';
 
@@ -77,8 +79,8 @@ export interface StackOptions {
   /** How often a long-poll re-reads the feed without a notification (the API's default: 1 s). */
   feedRecheckMs?: number;
   /**
-   * The api beside the worker (as `npm start` and `main.ts api,worker` run it): the dispatcher starts
-   * workflows eagerly on the worker's NativeConnection.
+   * The relay on the worker's NativeConnection (as every worker process runs it): fast-lane starts ask
+   * to be eager. Off by default: the tests' client is a plain one.
    */
   eager?: boolean;
 }
@@ -97,7 +99,7 @@ export interface Stack {
   apiUrl: string;
   inboxUrl: string;
   apiKey: string;
-  dispatcher: Dispatcher;
+  relay: Relay;
   worker: Workers;
   http: OutboundClient;
   /** fetch against the API with the key. */
@@ -108,24 +110,24 @@ export interface Stack {
 const silent = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
 
 /**
- * A second dispatcher on a stack's database, for a test of the dispatcher itself: no sweep, silent,
- * and whatever options the test is about.
+ * A second relay on a stack's database, for a test of the starts themselves: not started (no sweep, no
+ * LISTEN), silent; the test kicks it.
  */
-export function sideDispatcher(
+export function sideRelay(
   stack: Stack,
   client: Client,
   taskQueue: string,
-  o: Partial<DispatcherOptions> = {},
-): Dispatcher {
-  return new Dispatcher({
+  o: Partial<RelayOptions> & { starter?: Partial<Starter> } = {},
+): Relay {
+  const { starter, ...rest } = o;
+  return new Relay({
     db: stack.tdb.db,
-    client,
-    taskQueue,
+    starter: { client, taskQueue, ...starter },
     logger: silent,
     sweepIntervalMs: 3_600_000,
-    // The stack's own type (a dispatcher built without one would start the default).
-    workflow: stack.rt.settings.DELIVERY_WORKFLOW,
-    ...o,
+    known: new KnownTargets(stack.tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
+    failingAfterMs: stack.rt.settings.CONFIG_FAILING_AFTER,
+    ...rest,
   });
 }
 
@@ -148,14 +150,14 @@ export async function startStack(
     OUTBOUND_ALLOW_CIDRS: '127.0.0.0/8',
     LOG_LEVEL: 'silent',
     PUBLIC_BASE_URL: inboxUrl,
-    ...testDeliveryWorkflow(),
     ...o.env,
   };
   const settings = loadSettings({ ...base, TASK_QUEUE: taskQueue, DATABASE_URL: tdb.url });
   const keyring = Keyring.parse(Keyring.generateEntry('test'));
   const policy = compilePolicy(settings.OUTBOUND_ALLOW_CIDRS, settings.OUTBOUND_DENY_CIDRS);
   const logger = o.logger ?? silent;
-  const rt: Runtime = { settings, logger, db: tdb.db, keyring, policy };
+  const listener = new PgListener(tdb.url, silent);
+  const rt: Runtime = { settings, logger, db: tdb.db, keyring, policy, listener };
   const apiSettings = o.apiEnv ? loadSettings({ ...base, ...o.apiEnv, TASK_QUEUE: taskQueue }) : settings;
   const apiPolicy = compilePolicy(apiSettings.OUTBOUND_ALLOW_CIDRS, apiSettings.OUTBOUND_DENY_CIDRS);
 
@@ -164,11 +166,23 @@ export async function startStack(
     ca: tls.caPem,
     ...(o.resolver ? { resolver: o.resolver } : {}),
   });
+  const eager = o.eager ? new EagerStarts() : undefined;
+  // The process's relay (src/services.ts: startWorker), on the worker's connection when eager.
+  const relay = relayOf(rt, {
+    client: eager
+      ? eagerStartClient(temporal.nativeConnection, temporal.namespace ?? 'default')
+      : temporal.client,
+    taskQueue,
+    plan: attemptPlanOf(settings),
+    ...(eager ? { eager } : {}),
+  });
   // The service's own pair of workers (main and slow lane), with the tests' prebuilt workflow bundle.
   const worker = await Workers.create(rt, httpClient, {
     connection: temporal.nativeConnection,
     namespace: temporal.namespace ?? 'default',
     taskQueue,
+    due: relay,
+    ...(eager ? { eagerStarts: eager } : {}),
     // A test that traces gives a bundle with Temporal's OpenTelemetry workflow interceptors in it.
     source: { workflowBundle: { codePath: o.workflowBundle ?? process.env.TEST_WORKFLOW_BUNDLE! } },
     main: {
@@ -178,37 +192,14 @@ export async function startStack(
   });
   const running = worker.run();
 
-  const dispatcher = new Dispatcher({
-    db: tdb.db,
-    client: o.eager
-      ? eagerStartClient(temporal.nativeConnection, temporal.namespace ?? 'default')
-      : temporal.client,
-    eager: o.eager ?? false,
-    ...(o.eager && worker.eagerStarts ? { eagerStarts: worker.eagerStarts } : {}),
-    taskQueue,
-    logger: silent,
-    sweepIntervalMs: settings.SWEEP_INTERVAL,
-    slowStartRate: apiSettings.SLOW_LANE_START_RATE,
-    heldStartRate: apiSettings.HELD_START_RATE,
-    knownTargets: new KnownTargets(tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
-    workflow: apiSettings.DELIVERY_WORKFLOW,
-    plan: describePlan({
-      initialMs: settings.RETRY_INITIAL,
-      factor: settings.RETRY_FACTOR,
-      maxMs: settings.RETRY_MAX,
-      maxAttempts: settings.DELIVERY_MAX_ATTEMPTS,
-      timeoutMs: settings.DELIVERY_TIMEOUT,
-      deadlineMs: settings.DELIVERY_DEADLINE,
-    }),
-  });
-  const feed = new FeedNotifier(tdb.url, silent, o.feedRecheckMs);
+  const feed = new FeedNotifier(listener, o.feedRecheckMs);
   await feed.start();
   const deps: ApiDeps = {
     ...rt,
     settings: apiSettings,
     policy: apiPolicy,
     temporal: temporal.client,
-    dispatcher,
+    relay,
   };
   // The production checks of /readyz, on this stack's database and Temporal connection.
   const ready = serviceReadiness(tdb.db, temporal.client.connection);
@@ -234,7 +225,7 @@ export async function startStack(
   const server = http.createServer(app);
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   const apiUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  dispatcher.start();
+  await relay.start();
   const { key } = await createApiKey(tdb.db, 'tenant-a');
 
   return {
@@ -243,7 +234,7 @@ export async function startStack(
     apiUrl,
     inboxUrl,
     apiKey: key,
-    dispatcher,
+    relay,
     worker,
     http: httpClient,
     api(path, init = {}) {
@@ -257,8 +248,7 @@ export async function startStack(
       return fetch(`${apiUrl}${path}`, { ...init, headers, body: body ?? null });
     },
     async close() {
-      await dispatcher.stop();
-      await feed.stop();
+      feed.stop();
       for (const srv of [server, inboxServer])
         await new Promise<void>((r) => {
           srv.close(() => r());
@@ -266,10 +256,27 @@ export async function startStack(
         });
       worker.shutdown();
       await running;
+      await relay.stop();
+      await listener.stop();
       await httpClient.close();
       await tdb.drop();
     },
   };
+}
+
+/**
+ * A run of the classic delivery workflow (an activity task per attempt) for a job, started as the
+ * previous version's dispatcher started it: runs of that type still in flight after an upgrade finish
+ * with this version's activities, which is what tests of it check. The stack's relay must be stopped
+ * before the job is written (it would start the job as the lean type itself).
+ */
+export async function startClassicRun(client: Client, taskQueue: string, stack: Stack, jobId: string) {
+  await client.workflow.start(DELIVERY_WORKFLOW_TYPES.classic, {
+    workflowId: makeDeliveryWorkflowId(jobId),
+    taskQueue,
+    args: [{ jobId }],
+  });
+  await stack.tdb.db.query('UPDATE delivery_jobs SET dispatched_at = now() WHERE id = $1', [jobId]);
 }
 
 /** Creates a push config through the API and answers its JSON. */

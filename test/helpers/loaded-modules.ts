@@ -6,7 +6,7 @@
  */
 import path from 'node:path';
 import { loadSettings } from '../../src/config';
-import { createRuntime } from '../../src/runtime';
+import { closeRuntime, createRuntime } from '../../src/runtime';
 import { startApi, startInbox, startWorker, type Service } from '../../src/services';
 import { startTracing, shutdownTracing } from '../../src/tracing';
 import { workflowTracing } from '../../src/worker/worker';
@@ -37,7 +37,7 @@ async function main() {
   );
   for (const s of services.reverse()) await s.stop();
   await shutdownTracing();
-  await rt.db.end();
+  await closeRuntime(rt);
 }
 
 main().catch((err: unknown) => {

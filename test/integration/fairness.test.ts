@@ -8,6 +8,7 @@ import crypto from 'node:crypto';
 import { temporal as proto } from '@temporalio/proto';
 import { createApiKey } from '../../src/db/apikeys';
 import { writeEvent as writeOutbox } from '../../src/db/outbox';
+import { claimDue } from '../../src/starts/outbox';
 import { fairnessKeyOf, makeDeliveryWorkflowId, makeRegistrationWorkflowId } from '../../src/ids';
 import {
   attemptCalls,
@@ -15,7 +16,6 @@ import {
   createConfig,
   eventually,
   jobRow,
-  sideDispatcher,
   startStack,
   type Json,
   type Stack,
@@ -154,7 +154,8 @@ describe('dispatch round robin by tenant', () => {
         })
       ).status,
     ).toBe(201);
-    // Written straight to the outbox without a lease, as when the direct path is off: 300 of A, then 3 of B.
+    // Written straight to the outbox, 300 of A, then 3 of B, leased for a minute to nobody (so that
+    // neither the stack's relay nor its NOTIFY takes them), then the leases gone at once.
     const write = (tenantId: string, taskId: string) =>
       writeOutbox(stack.tdb.db, {
         tenantId,
@@ -163,37 +164,38 @@ describe('dispatch round robin by tenant', () => {
         body: JSON.stringify(status(taskId)),
         deadlineMs: 600_000,
         boundPerConfig: 1000,
+        leaseMs: 60_000,
       });
     const aJobs: string[] = [];
-    for (let i = 0; i < 300; i++) aJobs.push((await write('tenant-a', taskA)).starts[0]!.id);
+    for (let i = 0; i < 300; i++) aJobs.push((await write('tenant-a', taskA)).jobs[0]!.id);
     const bJobs: string[] = [];
-    for (let i = 0; i < 3; i++) bJobs.push((await write('tenant-b', taskB)).starts[0]!.id);
-    const claim = sideDispatcher(stack, temporal.client, queue, { batchSize: 10 });
-    try {
-      expect(await claim.runOnce()).toBe(10);
-      const dispatched = async (ids: string[]) =>
-        (
-          await stack.tdb.db.query<{ id: string }>(
-            'SELECT id FROM delivery_jobs WHERE id = ANY($1::uuid[]) AND dispatched_at IS NOT NULL',
-            [ids],
-          )
-        ).rows.map((r) => r.id);
-      // Round robin: A1 B1 A2 B2 A3 B3 A4 A5 A6 A7: all of B's, and A's seven oldest.
-      expect((await dispatched(bJobs)).sort()).toEqual([...bJobs].sort());
-      expect((await dispatched(aJobs)).sort()).toEqual(aJobs.slice(0, 7).sort());
-      for (const id of bJobs)
-        await eventually(
-          async () => (await jobRow(stack, id)).status,
-          (s) => s === 'delivered',
-        );
-    } finally {
-      await claim.stop();
-      // A's backlog is not this file's load: it goes before another test's claim could start it.
-      await stack.tdb.db.query(
-        'DELETE FROM delivery_jobs WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL',
-        [aJobs],
+    for (let i = 0; i < 3; i++) bJobs.push((await write('tenant-b', taskB)).jobs[0]!.id);
+    await stack.tdb.db.query('UPDATE delivery_jobs SET dispatch_lease = NULL WHERE id = ANY($1::uuid[])', [
+      [...aJobs, ...bJobs],
+    ]);
+    const claimed = await claimDue(stack.tdb.db, 10, 60_000);
+    // Round robin: A1 B1 A2 B2 A3 B3 A4 A5 A6 A7: all of B's, and A's seven oldest, in that order.
+    expect(claimed.map((j) => j.id)).toEqual([
+      aJobs[0],
+      bJobs[0],
+      aJobs[1],
+      bJobs[1],
+      aJobs[2],
+      bJobs[2],
+      ...aJobs.slice(3, 7),
+    ]);
+    // A's backlog is not this file's load: it goes before the relay could start it; the claimed jobs go
+    // back to the stack's relay, which starts them.
+    await stack.tdb.db.query('DELETE FROM delivery_jobs WHERE id = ANY($1::uuid[])', [aJobs.slice(7)]);
+    await stack.tdb.db.query('UPDATE delivery_jobs SET dispatch_lease = NULL WHERE id = ANY($1::uuid[])', [
+      claimed.map((j) => j.id),
+    ]);
+    stack.relay.kick();
+    for (const id of [...bJobs, ...aJobs.slice(0, 7)])
+      await eventually(
+        async () => (await jobRow(stack, id)).status,
+        (s) => s === 'delivered',
       );
-    }
   });
 });
 

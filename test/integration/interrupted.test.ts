@@ -32,7 +32,7 @@ const activities = (timeoutMs: number) =>
     logger: pino({ level: 'silent' }),
     slots: new HostSlots(tdb.db, { ...DEFAULT_SLOT_SETTINGS, capacity: 8 }),
     wake: async () => undefined,
-    wakeOrStart: async () => undefined,
+    due: { leaseMs: () => undefined, take: () => undefined },
     failingAfterMs: 5 * 86_400_000,
   });
 
@@ -62,7 +62,7 @@ it('a started attempt found on retry is marked interrupted, counts, and the next
       boundPerConfig: 64,
     }),
   );
-  const jobId = ev.starts[0]!.id;
+  const jobId = ev.jobs[0]!.id;
   const now = Date.now();
   // As a crash mid-request leaves it:
   await tdb.db.query(`UPDATE delivery_jobs SET status = 'in_flight', attempt_count = 1 WHERE id = $1`, [
@@ -118,7 +118,7 @@ it('two overlapping runs of one attempt: the late run records what really happen
       boundPerConfig: 64,
     }),
   );
-  const jobId = ev.starts[0]!.id;
+  const jobId = ev.jobs[0]!.id;
   const seen = receiver.requests.length;
   let releaseFirst!: () => void;
   let releaseSecond!: () => void;
@@ -193,7 +193,7 @@ it('a cancelled attempt (Temporal cancelled its activity) stops its POST, record
       boundPerConfig: 64,
     }),
   );
-  const jobId = ev.starts[0]!.id;
+  const jobId = ev.jobs[0]!.id;
   const seen = receiver.requests.length;
   // The target never answers: only the cancellation (or the 30 s timeout) ends the request.
   receiver.setScript(() => ({ hang: true }));

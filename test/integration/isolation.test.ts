@@ -229,8 +229,16 @@ describe('host isolation (bound 2, dev server)', () => {
       );
       expect(agent.calls.filter((c) => c.kind !== 'card')).toEqual([]);
       // One of the other calls ends: the freed slot goes to the registration, whose calls then go out.
-      await stack.tdb.db.query(`SELECT outbound_release($1, 'other-1', 2, 120000, 'neutral', 0, 900000)`, [
-        target,
+      await stack.tdb.db.query('SELECT outbound_release($1::jsonb)', [
+        {
+          target,
+          holder: 'other-1',
+          capacity: 2,
+          grantMs: 120_000,
+          waitMs: 900_000,
+          suspectMs: 0,
+          health: 'neutral',
+        },
       ]);
       await eventually(
         async () => agent.calls.filter((c) => c.kind === 'getTask').length,
@@ -279,8 +287,8 @@ describe('host isolation (bound 2, dev server)', () => {
           .fetchHistory();
         return attemptCalls(history.events ?? []).map((c) => c.on);
       };
-      // The fast lane: the lean type's local activity (the default), the classic type's task queue.
-      const fast = lanes.rt.settings.DELIVERY_WORKFLOW === 'lean' ? 'local' : q;
+      // The fast lane: a local activity.
+      const fast = 'local';
       // Attempt 1 timed out (4 s) in the fast lane; attempt 2 ran in the slow lane and was delivered.
       expect(await queues(first)).toEqual([fast, `${q}-slow`]);
       const mark = await lanes.tdb.db.query('SELECT suspect_until FROM outbound_targets WHERE target = $1', [

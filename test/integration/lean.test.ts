@@ -1,7 +1,6 @@
 /**
- * DELIVERY_WORKFLOW=lean end to end on the dev server (issue 21): the dispatcher starts every delivery
- * as the lean type, by the direct start (an event write) and by the claim run (a `:retry`'s new job),
- * and a first-try 2xx takes 7 history events.
+ * The lean delivery workflow end to end on the dev server: the relay starts every delivery as the lean
+ * type, for an event write and for a `:retry`'s new job, and a first-try 2xx takes 7 history events.
  */
 import crypto from 'node:crypto';
 import { temporal as proto } from '@temporalio/proto';
@@ -28,7 +27,7 @@ const queue = `lean-it-${crypto.randomBytes(4).toString('hex')}`;
 beforeAll(async () => {
   temporal = await connectDevServer();
   receiver = await startReceiver();
-  stack = await startStack(temporal, queue, { env: { DELIVERY_WORKFLOW: 'lean' } });
+  stack = await startStack(temporal, queue, { env: {} });
 });
 afterAll(async () => {
   await stack?.close();
@@ -153,11 +152,11 @@ it("a :retry's new job (started by the claim run) is a lean workflow too", async
   expect(await typeOf(again.id)).toBe('deliveryWorkflowLean');
 });
 
-describe('eager start (the api beside the worker, EAGER_START on)', () => {
+describe("eager start (the relay on the worker's connection, as every worker process runs it)", () => {
   let eagerStack: Stack;
   const eagerQueue = `${queue}-eager`;
   beforeAll(async () => {
-    eagerStack = await startStack(temporal, eagerQueue, { env: { DELIVERY_WORKFLOW: 'lean' }, eager: true });
+    eagerStack = await startStack(temporal, eagerQueue, { env: {}, eager: true });
   });
   afterAll(async () => {
     await eagerStack?.close();
@@ -195,34 +194,13 @@ describe('eager start (the api beside the worker, EAGER_START on)', () => {
     expect(await deliveryResult(temporal.client, jobId)).toMatchObject({ status: 'delivered' });
     expect((await started(jobId)).eagerExecutionAccepted ?? false).toBe(false);
   });
-
-  it('the classic type starts eagerly too', async () => {
-    // The dispatcher's type comes from the api settings; a stack of its own with classic.
-    const classic = await startStack(temporal, `${queue}-eager-classic`, {
-      env: { DELIVERY_WORKFLOW: 'classic' },
-      eager: true,
-    });
-    try {
-      receiver.setScript(() => ({ status: 200 }));
-      await createConfig(classic, 'classic-eager', { id: 'c', url: receiver.url });
-      const ev = await writeEvent(classic, 'classic-eager', {
-        statusUpdate: { taskId: 'classic-eager', status: { state: 'TASK_STATE_WORKING' } },
-      });
-      const jobId = ev.deliveries[0]!.id;
-      expect(await deliveryResult(temporal.client, jobId)).toMatchObject({ status: 'delivered' });
-      expect(await typeOf(jobId)).toBe('deliveryWorkflow');
-      expect((await started(jobId)).eagerExecutionAccepted).toBe(true);
-    } finally {
-      await classic.close();
-    }
-  });
 });
 
 it('a worker with the fewest workflow task slots the setting allows (WORKER_WORKFLOW_TASK_SLOTS=2) starts and delivers', async () => {
   // Half of 2 slots would be one poller; a worker that caches runs needs two (sdk-core refuses to
   // start otherwise), so the pollers are at least 2 (workflowTaskPollers).
   const small = await startStack(temporal, `${queue}-two-slots`, {
-    env: { DELIVERY_WORKFLOW: 'lean', WORKER_WORKFLOW_TASK_SLOTS: '2' },
+    env: { WORKER_WORKFLOW_TASK_SLOTS: '2' },
   });
   try {
     receiver.setScript(() => ({ status: 200 }));

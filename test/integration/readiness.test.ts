@@ -6,13 +6,13 @@
 import crypto from 'node:crypto';
 import pino from 'pino';
 import { loadSettings } from '../../src/config';
+import { PgListener } from '../../src/db/listen';
 import { createPool } from '../../src/db/pool';
 import { compilePolicy } from '../../src/outbound';
 import type { Runtime } from '../../src/runtime';
 import { Keyring } from '../../src/sealing/keyring';
 import { startApi, startInbox, startWorker, type Service } from '../../src/services';
 import { createTestDb, type TestDb } from '../helpers/db';
-import { testDeliveryWorkflow } from '../helpers/delivery-workflow';
 import { eventually, type Json } from '../helpers/harness';
 import { startPlug, type Plug } from '../helpers/plug';
 import { freePort } from '../helpers/test-services-port';
@@ -44,11 +44,11 @@ beforeAll(async () => {
     API_PORT: String(apiPort),
     INBOX_PORT: String(inboxPort),
     WORKER_PORT: String(workerPort),
-    ...testDeliveryWorkflow(),
   });
   rt = {
     settings,
     logger: pino({ level: 'silent' }),
+    listener: new PgListener(plugged.toString(), pino({ level: 'silent' })),
     db: createPool(plugged.toString(), 4),
     keyring: Keyring.parse(Keyring.generateEntry('test')),
     policy: compilePolicy('', ''),
@@ -62,6 +62,7 @@ afterAll(async () => {
   pg?.restore();
   temporal?.restore();
   for (const s of services) await s.stop().catch(() => undefined);
+  await rt?.listener.stop();
   await rt?.db.end();
   await pg?.close();
   await temporal?.close();

@@ -5,7 +5,8 @@ import { ClientFactory } from '@a2a-js/sdk/client';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { startTestAgent, type TestAgent } from '../helpers/agent';
 import { makeRegistrationWorkflowId } from '../../src/ids';
-import { signalRegistration } from '../../src/temporal';
+import { signalRegistration } from '../../src/starts/client';
+import { startLostRegistrations } from '../../src/starts/registrations';
 import { RegistrationId, TaskId } from '../../src/workflows/search-attributes';
 import { makeTestTls } from '../helpers/tls';
 import { connectDevServer, eventually, json, startStack, type Json, type Stack } from '../helpers/harness';
@@ -245,7 +246,9 @@ describe('a remote task id whose signal was lost', () => {
         [reg.id, taskId],
       );
       // Nothing else tells the waiting run (an inbox callback's signal does not wake it).
-      expect(await stack.dispatcher.startRegistrations()).toBeGreaterThanOrEqual(1);
+      expect(
+        await startLostRegistrations(stack.tdb.db, temporal.client, taskQueue, stack.rt.logger),
+      ).toBeGreaterThanOrEqual(1);
       await eventually(
         async () => agent.calls.filter((c) => c.kind === 'getTask').length,
         (n) => n >= 1,

@@ -9,7 +9,7 @@ import { Writable } from 'node:stream';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { createLogger } from '../../src/logger';
 import { flushTracing, shutdownTracing, startTracing, temporalWorkerTracing } from '../../src/tracing';
-import { DELIVERY_WORKFLOW_TYPES } from '../../src/temporal';
+import { DELIVERY_WORKFLOW_TYPE } from '../../src/starts/client';
 import { startTestAgent, type TestAgent } from '../helpers/agent';
 import { ROOT, writeWorkflowBundle } from '../helpers/global-setup';
 import {
@@ -18,7 +18,7 @@ import {
   eventually,
   json,
   markTargetAnswered,
-  sideDispatcher,
+  sideRelay,
   startStack,
   type Stack,
 } from '../helpers/harness';
@@ -47,8 +47,6 @@ const sink = new Writable({
 let otlp: OtlpReceiver;
 let temporal: Awaited<ReturnType<typeof connectDevServer>>;
 let stack: Stack;
-/** The same service with DELIVERY_WORKFLOW=classic (its attempt an activity task), for the delivery trace. */
-let classicStack: Stack;
 let receiver: Receiver;
 let agent: TestAgent;
 const taskQueue = `tracing-${crypto.randomBytes(4).toString('hex')}`;
@@ -66,22 +64,15 @@ beforeAll(async () => {
   receiver = await startReceiver();
   agent = await startTestAgent();
   stack = await startStack(temporal, taskQueue, {
-    // Lean (the default), whatever TEST_DELIVERY_WORKFLOW says: classic has a stack of its own below.
-    env: { DELIVERY_WORKFLOW: 'lean' },
-    workflowBundle: bundle,
-    logger: createLogger('debug', 'a2a-push', sink),
-  });
-  classicStack = await startStack(temporal, `${taskQueue}-classic`, {
-    env: { DELIVERY_WORKFLOW: 'classic' },
+    env: {},
     workflowBundle: bundle,
     logger: createLogger('debug', 'a2a-push', sink),
   });
   // A receiver that answered lately: the attempts run in the fast lane.
-  for (const s of [stack, classicStack]) await markTargetAnswered(s.tdb.db, receiver.url);
+  await markTargetAnswered(stack.tdb.db, receiver.url);
 });
 afterAll(async () => {
   await stack?.close();
-  await classicStack?.close();
   await agent?.close();
   await receiver?.close();
   await temporal?.close();
@@ -92,11 +83,8 @@ afterAll(async () => {
   for (const k of [...Object.keys(OTEL_ENV), 'OTEL_EXPORTER_OTLP_ENDPOINT']) delete process.env[k];
 });
 
-/** The lean stack (the module's `stack`, where a test names its own `stack`). */
-const leanStack = () => stack;
-
-/** The delivery workflow type the module's stack (and a side dispatcher on it) starts. */
-const deliveryType = () => DELIVERY_WORKFLOW_TYPES[stack.rt.settings.DELIVERY_WORKFLOW];
+/** The delivery workflow type every relay starts. */
+const deliveryType = () => DELIVERY_WORKFLOW_TYPE;
 
 const hex = (bytes: number) => crypto.randomBytes(bytes).toString('hex');
 
@@ -146,14 +134,11 @@ function expectNoneOf(spans: ExportedSpan[], secrets: string[]) {
   for (const s of secrets) expect(text).not.toContain(s);
 }
 
-// Both delivery workflow types (DELIVERY_WORKFLOW): lean, the default, whose attempt is a local activity,
-// and classic, whose attempt is an activity task; their spans are named alike.
-it.each(['lean', 'classic'] as const)(
+// The delivery workflow (its attempt a local activity): its spans.
+it.each(['lean'] as const)(
   "%s: one delivery is one trace under nr-llm's span: request, event write, start, workflow, attempt, POST; the receiver's traceparent is the POST's",
   async (kind) => {
-    const stack = kind === 'lean' ? leanStack() : classicStack;
-    expect(stack.rt.settings.DELIVERY_WORKFLOW).toBe(kind);
-    const startedType = DELIVERY_WORKFLOW_TYPES[kind];
+    const startedType = DELIVERY_WORKFLOW_TYPE;
     const task = `task-tr-${kind}`;
     const pathToken = `hook-${hex(8)}`;
     const queryToken = `sig-${hex(8)}`;
@@ -334,10 +319,10 @@ it("a callback starts its own trace and only links the agent's traceparent; the 
   keep('registration.txt', render(regSpans));
 });
 
-it("a job started by a dispatcher's claim joins the trace of the request that wrote it (kept on the job row)", async () => {
+it("a job started by a relay's claim joins the trace of the request that wrote it (kept on the job row)", async () => {
   await createConfig(stack, 'task-claim', { id: 'c1', url: receiver.url });
-  // With the API's dispatcher stopped, the write leaves its job to a claim run (no direct start).
-  await stack.dispatcher.stop();
+  // With the process's relay stopped, the write leaves its job to a claim run (no lease).
+  await stack.relay.stop();
   const traceId = hex(16);
   const res = await stack.api('/v1/tasks/task-claim/events', {
     method: 'POST',
@@ -352,14 +337,14 @@ it("a job started by a dispatcher's claim joins the trace of the request that wr
   );
   expect(row.rows[0]!.dispatched_at).toBeNull();
   expect(row.rows[0]!.traceparent).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-01$`));
-  // Another API process's dispatcher claims it.
-  const other = sideDispatcher(stack, temporal.client, taskQueue);
-  expect(await other.runOnce()).toBe(1);
-  await other.stop();
+  // Another process's relay claims it.
+  const other = sideRelay(stack, temporal.client, taskQueue);
+  other.kick();
   await eventually(
     () => json(stack.api(`/v1/deliveries/${id}`)),
     (d) => d.status === 'delivered',
   );
+  await other.stop();
   const spans = await traceOf(traceId, (ss) =>
     ['POST /v1/tasks/:taskId/events', 'dispatch', `StartWorkflow:${deliveryType()}`].every((n) =>
       ss.some((s) => s.name === n),

@@ -1,4 +1,4 @@
-import { charsetRefusal, charsetsOf, utf8Text } from '../../src/api/body';
+import { charsetRefusal, charsetsOf, utf8Text } from '../../src/http/body';
 
 describe('charsetsOf: the charset parameters of a Content-Type', () => {
   it.each([

@@ -242,6 +242,8 @@ describe('OpenAPI document', () => {
       wake_early: false,
       early_taken: false,
       dispatched_at: t,
+      request_id: null,
+      traceparent: null,
       created_at: t,
       finished_at: t,
     } satisfies JobRow;
@@ -256,9 +258,17 @@ describe('OpenAPI document', () => {
       retry_after_ms: '5000',
     };
     expect(deliveryResponse.parse(deliveryView(job, [attempt]))).toBeDefined();
-    expect(
-      deliveryResponse.parse(deliveryView(job, [attempt], '3f6c2a4e-1b2c-4d3e-8f9a-0b1c2d3e4f58')),
-    ).toMatchObject({ sequence: 3, waitingFor: '3f6c2a4e-1b2c-4d3e-8f9a-0b1c2d3e4f58' });
+    const waiting = {
+      ...job,
+      status: 'queued' as const,
+      held_by: '3f6c2a4e-1b2c-4d3e-8f9a-0b1c2d3e4f58',
+      dispatched_at: null,
+      finished_at: null,
+    };
+    const view = deliveryResponse.parse(deliveryView(waiting, [], waiting.held_by));
+    expect(view).toMatchObject({ sequence: 3, waitingFor: '3f6c2a4e-1b2c-4d3e-8f9a-0b1c2d3e4f58' });
+    // Waiting for its line, it has no workflow yet.
+    expect(view).not.toHaveProperty('workflowId');
     const reg = {
       id: '3f6c2a4e-1b2c-4d3e-8f9a-0b1c2d3e4f5b',
       tenant_id: 'default',

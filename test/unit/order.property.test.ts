@@ -6,7 +6,7 @@
  * ended or has an attempt on the wire, and every job ends once the line is driven.
  */
 import fc from 'fast-check';
-import { isFinished, type JobStatus } from '../../src/db/outbox';
+import { isFinished, type JobStatus } from '../../src/delivery/types';
 import { heldBy, holdsLine, nextInLine, type LineJob } from '../../src/delivery/order';
 
 type Gate = (seq: bigint, line: readonly LineJob[]) => LineJob | undefined;

@@ -4,6 +4,7 @@ import {
   parseTargetBounds,
   SETTING_NAMES,
   workflowTaskPollers,
+  removedSettingsIn,
   workflowTaskSlots,
 } from '../../src/config';
 import { hostAndTarget, targetOf } from '../../src/db/slots';
@@ -46,22 +47,27 @@ describe('settings', () => {
     expect(workflowTaskPollers(40)).toBe(10);
   });
 
-  it("sizes the worker's workflow task slots by the delivery type unless set", () => {
-    // Lean (the default since session 20): 10 in progress, a run whose local attempt hangs not counting,
-    // 300 in all.
-    expect(loadSettings({}).DELIVERY_WORKFLOW).toBe('lean');
-    expect(workflowTaskSlots(loadSettings({}))).toEqual({ active: 10, hardCap: 300, elastic: true });
-    expect(workflowTaskSlots(loadSettings({ DELIVERY_WORKFLOW: 'classic' }))).toEqual({
-      active: 10,
-      hardCap: 10,
-      elastic: false,
+  it("sizes the worker's workflow task slots: WORKER_WORKFLOW_TASK_SLOTS in progress, 300 in all (or more)", () => {
+    // 10 in progress, a run whose local attempt hangs not counting, 300 in all.
+    expect(workflowTaskSlots(loadSettings({}))).toEqual({ active: 10, hardCap: 300 });
+    expect(workflowTaskSlots(loadSettings({ WORKER_WORKFLOW_TASK_SLOTS: '40' }))).toEqual({
+      active: 40,
+      hardCap: 300,
     });
-    expect(
-      workflowTaskSlots(loadSettings({ WORKER_WORKFLOW_TASK_SLOTS: '40', DELIVERY_WORKFLOW: 'lean' })),
-    ).toEqual({ active: 40, hardCap: 40, elastic: false });
+    expect(workflowTaskSlots(loadSettings({ WORKER_WORKFLOW_TASK_SLOTS: '400' }))).toEqual({
+      active: 400,
+      hardCap: 400,
+    });
     expect(loadSettings({}).WORKER_ACTIVITY_SLOTS).toBe(200);
     expect(() => loadSettings({ WORKER_WORKFLOW_TASK_SLOTS: '1' })).toThrow(/WORKER_WORKFLOW_TASK_SLOTS/);
     expect(() => loadSettings({ WORKER_WORKFLOW_TASK_SLOTS: '501' })).toThrow(/WORKER_WORKFLOW_TASK_SLOTS/);
+  });
+
+  it('a setting of an earlier version that is gone is no error: the start names it in a warning', () => {
+    const env = { HELD_START_RATE: '10', EAGER_START: 'off', OUTBOUND_HOST_CONCURRENCY: '4' };
+    expect(() => loadSettings(env)).not.toThrow();
+    expect(removedSettingsIn(env)).toEqual(['EAGER_START', 'HELD_START_RATE']);
+    expect(removedSettingsIn({})).toEqual([]);
   });
 
   it('outside npm start, SEAL_ACTIVE_KEY is required: never taken to be the last key of SEAL_KEYS', async () => {

@@ -1,13 +1,14 @@
 /**
- * The two delivery workflow types (DELIVERY_WORKFLOW, issue 21) on the time-skipping server: the
- * classic one (an activity per attempt) and the lean one (the fast-lane attempt as a local activity,
- * recorded as a marker). Same behaviour, fewer history events: each test runs under both types and
- * reads the attempts where each type writes them (activity tasks, or local-activity markers).
+ * The two delivery workflow types on the time-skipping server: the lean one, which every delivery starts
+ * as (the fast-lane attempt as a local activity, recorded as a marker), and the classic one (an activity
+ * per attempt), whose runs started by the previous version still finish with these activities. Same
+ * behaviour, fewer history events: each test runs under both types and reads the attempts where each
+ * type writes them (activity tasks, or local-activity markers).
  */
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { temporal as proto } from '@temporalio/proto';
 import { makeDeliveryWorkflowId } from '../../src/ids';
-import { DELIVERY_WORKFLOW_TYPES } from '../../src/temporal';
+import { DELIVERY_WORKFLOW_TYPES } from '../../src/starts/client';
 import { deliveryStatusQuery } from '../../src/workflows/signals';
 import {
   attemptCalls,
@@ -18,6 +19,7 @@ import {
   eventually,
   jobRow,
   markTargetAnswered,
+  startClassicRun,
   startStack,
   summaryOf,
   writeEvent,
@@ -63,10 +65,17 @@ async function currentDetails(jobId: string): Promise<string | undefined> {
   return m.currentDetails;
 }
 
+let kindNow: Kind = 'lean';
+let queueNow = '';
+
 async function setUp(kind: Kind, script: (n: number) => ScriptedAnswer, more: Record<string, string> = {}) {
   receiver = await startReceiver({ script: (req) => script(req.n) });
   const q = `lean-${kind}-${++queue}`;
-  stack = await startStack(env, q, { env: { DELIVERY_WORKFLOW: kind, ...more } });
+  stack = await startStack(env, q, { env: more });
+  kindNow = kind;
+  queueNow = q;
+  // Classic runs are the previous version's: this test starts them itself.
+  if (kind === 'classic') await stack.relay.stop();
   // The fast lane takes only a target that answered a 2xx lately (a first contact goes to the slow
   // lane: test/integration/lean.test.ts): as if the receiver had answered a moment ago.
   await markTargetAnswered(stack.tdb.db, receiver.url);
@@ -77,9 +86,11 @@ async function event(taskId: string, url = receiver!.url): Promise<string> {
   await createConfig(stack!, taskId, { id: 'cfg', url }).catch((err: Error) => {
     if (!/409/.test(err.message)) throw err;
   });
-  return (
+  const jobId = (
     await writeEvent(stack!, taskId, { statusUpdate: { taskId, status: { state: 'TASK_STATE_WORKING' } } })
   ).deliveries[0]!.id;
+  if (kindNow === 'classic') await startClassicRun(env.client, queueNow, stack!, jobId);
+  return jobId;
 }
 
 describe('lean delivery workflow (time-skipping)', () => {

@@ -1,10 +1,10 @@
 /**
  * Ordered delivery (DELIVERY_ORDER=per_config, the default) on the time-skipping server: a job whose
- * config has an earlier job on the wire waits without an attempt and without a workflow task (its
- * start is delayed), says so where an operator looks (the Web UI's details, GET /v1/deliveries/{id}),
- * and is delivered once the earlier one ends, woken by it. Under both delivery workflow types
- * (DELIVERY_WORKFLOW classic and lean): what an operator sees is the same.
+ * config has an earlier job on the wire is not due: it has no workflow and uses no attempt, says what
+ * it waits for where an operator looks (GET /v1/deliveries/{id}), and its workflow starts once the
+ * earlier one ends, in that end's statement's process, as a plain start.
  */
+import { WorkflowNotFoundError } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { makeDeliveryWorkflowId } from '../../src/ids';
 import { deliveryStatusQuery } from '../../src/workflows/signals';
@@ -47,28 +47,19 @@ async function currentDetails(workflowId: string): Promise<string | undefined> {
   return m.currentDetails;
 }
 
-/** A held job's static details (the Web UI's), once its delayed workflow exists. */
-async function heldDetails(workflowId: string): Promise<string | undefined> {
-  const d = await eventually(
-    () =>
-      env.client.workflow
-        .getHandle(workflowId)
-        .describe()
-        .catch(() => undefined),
-    (x) => x?.status.name === 'RUNNING',
-  );
-  return d!.staticDetails();
-}
+/** A workflow that does not exist (yet). */
+const expectNoWorkflow = (workflowId: string) =>
+  expect(env.client.workflow.getHandle(workflowId).describe()).rejects.toBeInstanceOf(WorkflowNotFoundError);
 
-describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time-skipping)', (kind) => {
-  it("a job held behind its config's earlier job on the wire waits, says for whom, and is delivered after it", async () => {
+describe('ordered delivery (time-skipping)', () => {
+  it("a job behind its config's earlier job on the wire has no workflow until that one ends, says for whom it waits, and is delivered after it", async () => {
     let release: () => void = () => undefined;
     const gate = new Promise<void>((r) => (release = r));
     // The first push is held on the wire until the test releases it; every other push is answered at once.
     receiver = await startReceiver({
       script: (req) => (req.n === 1 ? { status: 200, gate } : { status: 200 }),
     });
-    stack = await startStack(env, `order-1-${kind}`, { env: { DELIVERY_WORKFLOW: kind } });
+    stack = await startStack(env, 'order-1', { env: {} });
     // A target that answered lately: its attempts run in the fast lane (lean: as local activities).
     await markTargetAnswered(stack.tdb.db, receiver.url);
     const taskId = 'task-order-1';
@@ -78,25 +69,15 @@ describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time
     const second = (await writeEvent(stack, taskId, { task: { id: taskId, n: 2 } })).deliveries[0]!.id;
     const wf = makeDeliveryWorkflowId(second);
 
-    // Held: no attempt, no workflow task (its start is delayed until its wake), and every place an
-    // operator looks names the delivery it waits for: the Web UI's details and GET /v1/deliveries/{id}.
-    expect(await heldDetails(wf)).toContain(
-      `written behind delivery ${first} (an earlier event of this config): starts when that one ends`,
-    );
-    const heldHistory = (await env.client.workflow.getHandle(wf).fetchHistory()).events ?? [];
-    expect(heldHistory).toHaveLength(1);
-    const started = heldHistory[0]!.workflowExecutionStartedEventAttributes!;
-    // Delayed by the 5 min recheck (and at most to its deadline): the wake ends the delay at once.
-    expect(Number(started.firstWorkflowTaskBackoff!.seconds)).toBe(300);
-    // The input carries the job's id only: once it starts, the activity decides (as for any job).
-    const [input] = started.input!.payloads!;
-    expect(JSON.parse(Buffer.from(input!.data!).toString())).toEqual({ jobId: second });
+    // Not due: no workflow, no attempt, and GET /v1/deliveries/{id} names the delivery it waits for.
+    await expectNoWorkflow(wf);
     const view = await json(stack.api(`/v1/deliveries/${second}`));
     expect(view).toMatchObject({ status: 'queued', waitingFor: first, sequence: 2, attempts: [] });
+    expect(view.workflowId).toBeUndefined();
     expect(await attemptRows(stack, second)).toEqual([]);
     expect(receiver.requests).toHaveLength(1);
 
-    // The first one ends (2xx): its activity wakes the second, which is delivered with its number.
+    // The first one ends (2xx): that statement makes the second due, and its process starts it.
     release();
     expect(await deliveryResult(env.client, first)).toMatchObject({ status: 'delivered', attempts: 1 });
     expect(await deliveryResult(env.client, second)).toMatchObject({ status: 'delivered', attempts: 1 });
@@ -106,21 +87,17 @@ describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time
       [first, '1'],
       [second, '2'],
     ]);
-    // Woken by the first one's end, not by the end of its delay: a `wake` signal (with start) came
-    // before its first workflow task, and it set no timer of its own.
+    // A plain start once due: a first-try delivery's history, no signal, no timer, no start delay; the
+    // input carries the job's id only.
     const events = (await env.client.workflow.getHandle(wf).fetchHistory()).events ?? [];
-    const wakeAt = events.findIndex((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'wake');
-    expect(wakeAt).toBeGreaterThan(0);
-    expect(wakeAt).toBeLessThan(events.findIndex((e) => e.workflowTaskScheduledEventAttributes));
+    expect(events).toHaveLength(7);
+    expect(events.filter((e) => e.workflowExecutionSignaledEventAttributes)).toEqual([]);
     expect(events.filter((e) => e.timerStartedEventAttributes)).toEqual([]);
-    // Its one attempt call came after the wake.
-    const callAt = events.findIndex(
-      (e) => e.activityTaskScheduledEventAttributes || e.markerRecordedEventAttributes,
-    );
-    expect(callAt).toBeGreaterThan(wakeAt);
-    expect(events[0]!.workflowExecutionStartedEventAttributes!.workflowType!.name).toBe(
-      kind === 'lean' ? 'deliveryWorkflowLean' : 'deliveryWorkflow',
-    );
+    const started = events[0]!.workflowExecutionStartedEventAttributes!;
+    expect(started.workflowType!.name).toBe('deliveryWorkflowLean');
+    expect(Number(started.firstWorkflowTaskBackoff?.seconds ?? 0)).toBe(0);
+    expect(JSON.parse(Buffer.from(started.input!.payloads![0]!.data!).toString())).toEqual({ jobId: second });
+    expect((await json(stack.api(`/v1/deliveries/${second}`))).workflowId).toBe(wf);
     // In workflow time too, the second push started after the first.
     const [a1] = await attemptRows(stack, first);
     const [a2] = await attemptRows(stack, second);
@@ -139,7 +116,7 @@ describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time
       script: (req) =>
         req.n === 1 ? { status: 503 } : req.n === 2 ? { status: 200, gate } : { status: 200 },
     });
-    stack = await startStack(env, `order-2-${kind}`, { env: { DELIVERY_WORKFLOW: kind } });
+    stack = await startStack(env, 'order-2', { env: {} });
     const taskId = 'task-order-2';
     await createConfig(stack, taskId, { id: 'cfg', url: receiver.url });
     const first = (await writeEvent(stack, taskId, { task: { id: taskId, n: 1 } })).deliveries[0]!.id;
@@ -151,7 +128,7 @@ describe.each(['classic', 'lean'])('ordered delivery, DELIVERY_WORKFLOW=%s (time
     const wf = makeDeliveryWorkflowId(second);
     // The head's retry comes now (the event woke it), not after its backoff; the new job waits behind it.
     await receiver.waitFor(2);
-    expect(await heldDetails(wf)).toContain(`written behind delivery ${first}`);
+    await expectNoWorkflow(wf);
     expect(await json(stack.api(`/v1/deliveries/${second}`))).toMatchObject({
       status: 'queued',
       waitingFor: first,

@@ -9,7 +9,6 @@ import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
 import type { Db } from '../../../src/db/pool';
-import { testDeliveryWorkflow } from '../../helpers/delivery-workflow';
 import type { Json } from '../../helpers/harness';
 import { freePort } from '../../helpers/test-services-port';
 import { makeTestTls } from '../../helpers/tls';
@@ -57,7 +56,6 @@ export function serviceEnv(o: {
     OUTBOUND_ALLOW_CIDRS: '127.0.0.1/32',
     OUTBOUND_CA_FILE: makeTestTls().caFile,
     ...FAST,
-    ...testDeliveryWorkflow(),
     ...o.extra,
   };
 }

@@ -1,4 +1,4 @@
-import { EagerStarts } from '../../src/worker/eager-starts';
+import { EagerStarts } from '../../src/starts/eager';
 
 describe('EagerStarts (eager starts in flight per tenant, in one process)', () => {
   it('gives each tenant `perTenant` places; a place given back goes to the next start', () => {
@@ -35,19 +35,6 @@ describe('EagerStarts (eager starts in flight per tenant, in one process)', () =
     expect(e.take('j2', 'a')).toBe(false);
     now = 1_001;
     expect(e.take('j2', 'a')).toBe(true);
-    expect(e.inFlight('a')).toBe(1);
-  });
-
-  it('a line moving on hands its place over: the job that ended wakes the next in its place', () => {
-    const e = new EagerStarts(1);
-    expect(e.take('j1', 'a')).toBe(true);
-    expect(e.take('k1', 'a')).toBe(false);
-    // j1 ended and wakes j2: j2 takes j1's place (without the hand-over, a tenant at its bound would
-    // need two places for one line).
-    expect(e.take('j2', 'a', 'j1')).toBe(true);
-    expect(e.inFlight('a')).toBe(1);
-    // j1's own release at the end of its call then finds nothing to give back.
-    e.done('j1');
     expect(e.inFlight('a')).toBe(1);
   });
 

@@ -83,7 +83,23 @@ $audit = new AuditApi($http, $config);
 $receiver = env('RECEIVER_URL');
 $task = 'task-' . bin2hex(random_bytes(4));
 
+/** The cursor at the end of a feed (resolutions or audit) now: the walk-through reads what follows. */
+function endOf(callable $read): string
+{
+    $cursor = '0';
+    while (true) {
+        $page = $read($cursor);
+        if ($page->getItems() === []) {
+            return $cursor;
+        }
+        $cursor = $page->getNextCursor();
+    }
+}
+
 try {
+    $feedStart = endOf(fn (string $after) => $resolutions->readResolutions($after, 1000, 0));
+    $auditStart = endOf(fn (string $after) => $audit->readAudit($after, 1000));
+
     // 1. A push config, as nr-llm forwards CreateTaskPushNotificationConfig: the credential is masked.
     $created = $pushConfigs->createPushConfig($task, new Model\CreatePushConfig([
         'id' => 'nr-llm-1',
@@ -105,14 +121,14 @@ try {
     $event = new Model\TaskEvent(['stream_response' => new Model\StreamResponse([
         'status_update' => ['taskId' => $task, 'status' => ['state' => 'TASK_STATE_COMPLETED']],
     ])]);
-    [$accepted, $status] = $events->writeTaskEventWithHttpInfo($task, $event, 'evt-1');
+    [$accepted, $status] = $events->writeTaskEventWithHttpInfo($task, $event, "evt-$task");
     $deliveryRefs = $accepted->getDeliveries();
     step(
         'writeTaskEvent: 202 TaskEventAccepted with one DeliveryRef',
         $status === 202 && $accepted instanceof Model\TaskEventAccepted && count($deliveryRefs) === 1
             && $deliveryRefs[0] instanceof Model\DeliveryRef && $deliveryRefs[0]->getConfigId() === 'nr-llm-1',
     );
-    [$replayed, $status, $headers] = $events->writeTaskEventWithHttpInfo($task, $event, 'evt-1');
+    [$replayed, $status, $headers] = $events->writeTaskEventWithHttpInfo($task, $event, "evt-$task");
     step(
         'writeTaskEvent again with the key: the stored answer, Idempotent-Replayed',
         $status === 202 && $replayed->getEventId() === $accepted->getEventId()
@@ -214,7 +230,7 @@ try {
 
     // The agent answers that GetTask (COMPLETED) only after a while: the long-poll waits for it.
     $t0 = microtime(true);
-    $feed = $resolutions->readResolutions('0', 100, 20);
+    $feed = $resolutions->readResolutions($feedStart, 100, 20);
     $took = microtime(true) - $t0;
     $items = $feed->getItems();
     step(
@@ -234,7 +250,7 @@ try {
 
     // 7. The audit rows, paged with their cursor.
     $actions = [];
-    $after = '0';
+    $after = $auditStart;
     $pages = 0;
     while (true) {
         $rows = $audit->readAudit($after, 3);

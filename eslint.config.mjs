@@ -12,6 +12,8 @@ export default tseslint.config(
       '.test-tmp/**',
       'bench/.scratch/**',
       'bench/results/**',
+      // openapi-typescript's output (npm run clients:typescript)
+      'test/clients/a2a-push-api.ts',
     ],
   },
   js.configs.recommended,

@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // Creates the Python virtual environment of the interop tests in .tools/a2a-py with the reference
 // A2A SDK (a2a-sdk[http-server]==1.3.0) and uvicorn from PyPI, pinned in test/interop/requirements.txt,
-// and adds schemathesis (test/schemathesis/requirements.txt) for `npm run test:schemathesis`.
+// and adds schemathesis (test/schemathesis/requirements.txt) for `npm run test:schemathesis`. With the
+// argument `clients` it adds only the client generator and the second OpenAPI validator
+// (test/clients/requirements.txt) for `npm run test:clients`, which needs them alone.
 // Idempotent and quick when present: a stamp file per set records the requirements it was built from.
 'use strict';
 const { execFileSync } = require('node:child_process');
@@ -14,8 +16,12 @@ const requirements = path.join(root, 'test', 'interop', 'requirements.txt');
 const stamp = path.join(venv, '.a2a-push-requirements');
 const fuzzRequirements = path.join(root, 'test', 'schemathesis', 'requirements.txt');
 const fuzzStamp = path.join(venv, '.a2a-push-schemathesis');
+const clientRequirements = path.join(root, 'test', 'clients', 'requirements.txt');
+const clientStamp = path.join(venv, '.a2a-push-clients');
 const python = path.join(venv, 'bin', 'python');
 const schemathesis = path.join(venv, 'bin', 'schemathesis');
+const openapiGenerator = path.join(venv, 'bin', 'openapi-generator-cli');
+const openapiSpecValidator = path.join(venv, 'bin', 'openapi-spec-validator');
 
 const stampedAs = (file, req) => {
   try {
@@ -78,15 +84,58 @@ function installSchemathesis() {
   fs.copyFileSync(fuzzRequirements, fuzzStamp);
 }
 
+/**
+ * Adds openapi-generator-cli and openapi-spec-validator. One pip run with every requirement file, so it
+ * moves neither the SDK's pins nor schemathesis's (which it may not have installed yet).
+ */
+function installClientTools() {
+  install();
+  if (stampedAs(clientStamp, clientRequirements)) return;
+  console.log(
+    `a2a-push: adding the client tools to ${path.relative(root, venv)} (${path.relative(root, clientRequirements)})`,
+  );
+  try {
+    execFileSync(
+      python,
+      [
+        '-m',
+        'pip',
+        'install',
+        '--quiet',
+        '--disable-pip-version-check',
+        '-r',
+        requirements,
+        '-r',
+        fuzzRequirements,
+        '-r',
+        clientRequirements,
+      ],
+      { stdio: 'inherit' },
+    );
+    execFileSync(openapiSpecValidator, ['--help'], { stdio: 'ignore' });
+    execFileSync(python, ['-c', 'import a2a.server.tasks, uvicorn, starlette'], { stdio: 'inherit' });
+  } catch (err) {
+    throw new Error(`a2a-push: could not add the client tools: ${err.message}`);
+  }
+  fs.copyFileSync(clientRequirements, clientStamp);
+}
+
 module.exports = {
   install,
   installed,
   installSchemathesis,
+  installClientTools,
   venvPython: python,
   schemathesisBin: schemathesis,
+  openapiGeneratorBin: openapiGenerator,
+  openapiSpecValidatorBin: openapiSpecValidator,
 };
 if (require.main === module) {
   try {
+    if (process.argv[2] === 'clients') {
+      installClientTools();
+      process.exit(0);
+    }
     install();
     installSchemathesis();
   } catch (err) {

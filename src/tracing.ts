@@ -1,11 +1,9 @@
 /**
  * OpenTelemetry traces, exported over OTLP when the standard `OTEL_*` variables ask for it.
  *
- * This is the one module that loads OpenTelemetry's SDK and Temporal's OpenTelemetry interceptors, and
- * only in `startTracing`, only when an `OTEL_*` setting is given: a process without one loads none of
- * them (test/unit/tracing-lazy.test.ts checks it in a child process). Every other module calls the
- * functions below, which do nothing while tracing is off, and imports OpenTelemetry's types only.
- *
+ * The one module that loads OpenTelemetry's SDK and Temporal's OpenTelemetry interceptors, only in
+ * `startTracing` and only when an `OTEL_*` setting is given (test/integration/tracing-lazy.test.ts).
+ * Every other module calls its functions, no-ops while tracing is off, and imports OTel's types only.
  * The trace of one event: the API request (its parent is nr-llm's `traceparent`, when sent) → the
  * event write → the dispatcher's start (direct, or a claim or sweep later: the request's trace context
  * is kept on the job row as the request id is) → Temporal's StartWorkflow → RunWorkflow → each

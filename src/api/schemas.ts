@@ -3,10 +3,11 @@ import { isValidId } from '../ids';
 import { STREAM_RESPONSE_KINDS } from '../stream-response';
 
 /*
- * These schemas validate the requests and are the source of the OpenAPI document (src/api/openapi.ts,
+ * These schemas validate the requests and are the source of the OpenAPI document (src/api/openapi/,
  * z.toJSONSchema). A rule that zod checks in code (`refine`) and JSON Schema can state carries the same
  * rule as `meta` beside it, so the document is as strict as the validator; what JSON Schema cannot
- * state (the address guard, "must equal the path's taskId") stays in the route.
+ * state (the address guard, "must equal the path's taskId") stays in the route. Each body and each
+ * object inside one is a named schema of the document (src/api/openapi/components.ts).
  */
 
 const ID_MESSAGE = 'must be 1-128 characters of [A-Za-z0-9._~:-], not "." or ".."';
@@ -73,7 +74,10 @@ export const authenticationSchema = z
       .transform(() => 'Bearer' as const),
     credentials: z.string().min(1, { message: 'must not be empty' }).max(8192),
   })
-  .strict();
+  .strict()
+  .describe(
+    "A2A's AuthenticationInfo: the scheme (Bearer, in any case; stored as `Bearer`) and the credential, sealed at rest and never shown again",
+  );
 
 /**
  * A push target or agent URL: the address guard (section 4 of the contract) judges it in the route and
@@ -94,6 +98,8 @@ export const createConfigBody = z
   })
   .strict()
   .meta({
+    description:
+      "A2A's TaskPushNotificationConfig to store: `id` is generated (a UUID) when absent; a `taskId` must equal the path's; `tenant` is ignored",
     [INPUT_EXAMPLES]: [
       {
         id: 'nr-llm-1',
@@ -104,25 +110,31 @@ export const createConfigBody = z
     ],
   });
 
-/** The inner fields of a StreamResponse are checked by validateStreamResponse, shared with the inbox. */
-export const eventBody = z
-  .object({
-    streamResponse: z
-      .unknown()
-      .refine((v) => v !== undefined, {
-        message: `is required (one of ${STREAM_RESPONSE_KINDS.join(', ')})`,
-      })
-      // validateStreamResponse's rule, as JSON Schema: exactly one of the kinds, its value an object.
-      .meta({
-        type: 'object',
-        minProperties: 1,
-        maxProperties: 1,
-        propertyNames: { enum: [...STREAM_RESPONSE_KINDS] },
-        additionalProperties: { type: 'object' },
-      }),
+/**
+ * validateStreamResponse's rule (shared with the inbox), as JSON Schema: exactly one of the kinds, its
+ * value an object whose fields are not checked further.
+ */
+export const streamResponseSchema = z
+  .unknown()
+  .refine((v) => v !== undefined, {
+    message: `is required (one of ${STREAM_RESPONSE_KINDS.join(', ')})`,
   })
+  .meta({
+    description:
+      "An A2A v1.0 StreamResponse: exactly one of its four members, an object (the task id it names must be the path's)",
+    type: 'object',
+    properties: Object.fromEntries(STREAM_RESPONSE_KINDS.map((k) => [k, { type: 'object' }])),
+    additionalProperties: false,
+    minProperties: 1,
+    maxProperties: 1,
+  });
+
+export const eventBody = z
+  .object({ streamResponse: streamResponseSchema })
   .strict()
   .meta({
+    description:
+      'A task event: one delivery per active config of the task, with the value sent byte for byte',
     [INPUT_EXAMPLES]: [
       { streamResponse: { statusUpdate: { taskId: 'task-42', status: { state: 'TASK_STATE_COMPLETED' } } } },
     ],
@@ -131,16 +143,21 @@ export const eventBody = z
 export const emptyBody = z
   .object({})
   .strict()
-  .meta({ [INPUT_EXAMPLES]: [{}] });
+  .meta({ description: 'An empty body (or none)', [INPUT_EXAMPLES]: [{}] });
+
+export const agentBody = z
+  .object({
+    url: targetUrl("is required (the agent's A2A base URL)"),
+    bearerToken: z.string().min(1, { message: 'must not be empty' }).max(8192).optional(),
+  })
+  .strict()
+  .describe(
+    "The remote agent: its A2A base URL (the card is read below it) and nr-llm's token for it, sent as Authorization: Bearer on every call and sealed at rest",
+  );
 
 export const createRegistrationBody = z
   .object({
-    agent: z
-      .object({
-        url: targetUrl("is required (the agent's A2A base URL)"),
-        bearerToken: z.string().min(1, { message: 'must not be empty' }).max(8192).optional(),
-      })
-      .strict(),
+    agent: agentBody,
     remoteTaskId: z.string().min(1).max(1024).optional(),
     mode: z.enum(['embedded', 'separate'], { message: 'must be "embedded" or "separate"' }),
   })
@@ -161,6 +178,8 @@ export const createRegistrationBody = z
       });
   })
   .meta({
+    description:
+      'A remote task to wait on: `embedded` hands back a push config to embed in the message, `separate` (the message was sent) names the remote task',
     // The refinement above, as JSON Schema.
     if: { properties: { mode: { const: 'separate' } } },
     then: { required: ['remoteTaskId'] },
@@ -177,7 +196,10 @@ export const createRegistrationBody = z
 export const remoteTaskBody = z
   .object({ remoteTaskId: z.string().min(1).max(1024) })
   .strict()
-  .meta({ [INPUT_EXAMPLES]: [{ remoteTaskId: 'rt-1' }] });
+  .meta({
+    description: 'The remote task id the agent acknowledged for an embedded registration',
+    [INPUT_EXAMPLES]: [{ remoteTaskId: 'rt-1' }],
+  });
 
 export const feedQuery = z.object({
   after: cursor.optional().default('0'),

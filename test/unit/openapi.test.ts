@@ -1,12 +1,16 @@
 import { Registry } from 'prom-client';
 import { createApiApp } from '../../src/api/app';
 import { openApiDocument, OPERATIONS } from '../../src/api/openapi';
+import { auditItemView } from '../../src/api/audit';
+import { Problem } from '../../src/http/problem';
 import {
+  auditPage,
   configPage,
   deliveryResponse,
-  feedPage,
+  problemResponse,
   pushConfigResponse,
   registrationResponse,
+  resolutionPage,
 } from '../../src/api/responses';
 import { idSchema } from '../../src/api/schemas';
 import { configView, deliveryView, type AttemptRow, type ConfigRow, type JobRow } from '../../src/db/outbox';
@@ -16,6 +20,19 @@ import { isValidId } from '../../src/ids';
 type Json = Record<string, unknown>;
 const at = (doc: Json, path: string, method: string) =>
   (doc.paths as Record<string, Record<string, Json>>)[path]![method]!;
+const REF = '#/components/schemas/';
+/** The schema a `$ref` names (or the schema itself). */
+const deref = (doc: Json, s: Json): Json => {
+  const ref = s.$ref as string | undefined;
+  if (!ref) return s;
+  return ((doc.components as Json).schemas as Record<string, Json>)[ref.slice(REF.length)]!;
+};
+/** Every object in a subtree of the document, with its JSON pointer. */
+function* objectsIn(node: unknown, at: string): Generator<[string, Json]> {
+  if (!node || typeof node !== 'object') return;
+  if (!Array.isArray(node)) yield [at, node as Json];
+  for (const [k, v] of Object.entries(node)) yield* objectsIn(v, `${at}/${k}`);
+}
 
 interface Layer {
   route?: { path: string; methods: Record<string, boolean> };
@@ -76,7 +93,11 @@ describe('OpenAPI document', () => {
         >;
       };
     };
-    const s = create.requestBody.content['application/json']!.schema;
+    const s = deref(doc, create.requestBody.content['application/json']!.schema as unknown as Json) as {
+      properties: Record<string, unknown>;
+      required: string[];
+      additionalProperties: boolean;
+    };
     expect(Object.keys(s.properties)).toEqual(
       expect.arrayContaining(['id', 'url', 'token', 'authentication']),
     );
@@ -191,8 +212,8 @@ describe('OpenAPI document', () => {
       const content = (
         at(doc, o.path, o.method).requestBody as { content?: Record<string, Json> } | undefined
       )?.content;
-      for (const ex of ((content?.['application/json']?.schema as Json | undefined)?.examples as unknown[]) ??
-        []) {
+      const body = content?.['application/json']?.schema as Json | undefined;
+      for (const ex of ((body && deref(doc, body))?.examples as unknown[]) ?? []) {
         examples++;
         expect(o.body!.safeParse(ex).error).toBeUndefined();
       }
@@ -201,6 +222,98 @@ describe('OpenAPI document', () => {
           expect(o.params![p.name as string]!.safeParse(ex).success).toBe(true);
     }
     expect(examples).toBeGreaterThanOrEqual(5);
+  });
+
+  it('every body and every answer is a named schema, and no object schema is inline (issue 50)', () => {
+    const schemas = (doc.components as Json).schemas as Record<string, Json>;
+    for (const o of OPERATIONS) {
+      const op = at(doc, o.path, o.method);
+      const body = (op.requestBody as { content?: Record<string, { schema: Json }> } | undefined)?.content;
+      for (const media of Object.values(body ?? {}))
+        expect(media.schema.$ref).toMatch(/^#\/components\/schemas\/\w+$/);
+      for (const r of Object.values(
+        op.responses as Record<string, { content?: Record<string, { schema: Json }> }>,
+      ))
+        for (const media of Object.values(r.content ?? {}))
+          expect(media.schema.$ref).toMatch(/^#\/components\/schemas\/\w+$/);
+    }
+    // A generated client makes a class of every object schema with properties: each is a component's root.
+    const inline = [...objectsIn(doc, '#')]
+      .filter(([p, s]) => s.type === 'object' && s.properties && !/^#\/components\/schemas\/\w+$/.test(p))
+      .map(([p]) => p);
+    // StreamResponse's members are free-form objects (their fields are not checked).
+    expect(inline.filter((p) => !p.startsWith('#/components/schemas/StreamResponse/properties/'))).toEqual(
+      [],
+    );
+    // Every $ref points at something in the document.
+    const pointer = (ref: string) =>
+      ref
+        .slice(2)
+        .split('/')
+        .reduce<unknown>((n, k) => (n as Record<string, unknown> | undefined)?.[k], doc);
+    for (const [p, s] of objectsIn(doc, '#'))
+      if (typeof s.$ref === 'string') expect([p, pointer(s.$ref) !== undefined]).toEqual([p, true]);
+    for (const [name, s] of Object.entries(schemas))
+      expect([name, typeof s.description]).toEqual([name, 'string']);
+    expect(Object.keys(schemas)).toEqual(
+      expect.arrayContaining([
+        'PushConfig',
+        'CreatePushConfig',
+        'Delivery',
+        'Attempt',
+        'TaskEvent',
+        'Registration',
+      ]),
+    );
+    expect(Object.keys(schemas)).toEqual(
+      expect.arrayContaining([
+        'Resolution',
+        'AuditItem',
+        'PushConfigPage',
+        'DeliveryPage',
+        'ResolutionPage',
+        'AuditPage',
+      ]),
+    );
+  });
+
+  it('operations that answer the same thing share one schema', () => {
+    const answer = (path: string, method: string) => {
+      const r = Object.entries(at(doc, path, method).responses as Record<string, Json>).find(
+        ([s]) => Number(s) < 300,
+      )!;
+      return (
+        (r[1].content as Record<string, { schema: Json }>)['application/json']!.schema.$ref as string
+      ).slice(REF.length);
+    };
+    expect(answer('/v1/tasks/{taskId}/pushNotificationConfigs', 'get')).toBe('PushConfigPage');
+    expect(answer('/v1/pushNotificationConfigs', 'get')).toBe('PushConfigPage');
+    expect(answer('/v1/tasks/{taskId}/pushNotificationConfigs', 'post')).toBe('PushConfig');
+    expect(answer('/v1/tasks/{taskId}/pushNotificationConfigs/{configId}', 'get')).toBe('PushConfig');
+    expect(answer('/v1/deliveries/{id}', 'get')).toBe('Delivery');
+    expect(answer('/v1/deliveries/{id}:retry', 'post')).toBe('Delivery');
+    expect(answer('/v1/registrations/{id}', 'get')).toBe('Registration');
+    expect(answer('/v1/registrations/{id}/remote-task', 'post')).toBe('Registration');
+  });
+
+  it('timestamps are format date-time without a pattern; links carry runtime expressions only', () => {
+    let timestamps = 0;
+    for (const [p, s] of objectsIn(doc, '#'))
+      if (s.format === 'date-time') {
+        timestamps++;
+        expect([p, s.pattern]).toEqual([p, undefined]);
+      }
+    expect(timestamps).toBeGreaterThanOrEqual(10);
+    for (const o of OPERATIONS)
+      for (const [name, l] of Object.entries(o.success.links ?? {})) {
+        expect([name, 'requestBody' in l]).toEqual([name, false]);
+        for (const v of Object.values(l.parameters)) expect(v).toMatch(/^\$(request|response)\./);
+      }
+  });
+
+  it('every operation has one declared tag', () => {
+    const tags = (doc.tags as Array<{ name: string }>).map((t) => t.name);
+    for (const o of OPERATIONS) expect(tags).toContain((at(doc, o.path, o.method).tags as string[])[0]);
   });
 
   it('the views the routes answer with match the response schemas', () => {
@@ -300,8 +413,31 @@ describe('OpenAPI document', () => {
       terminal: true,
       observed_at: t,
     });
-    expect(feedPage.parse({ items: [item], nextCursor: '1' })).toBeDefined();
+    expect(resolutionPage.parse({ items: [item], nextCursor: '1' })).toBeDefined();
+    const audit = auditItemView({
+      cursor: '4',
+      at: t,
+      actor: 'k1',
+      action: 'push_config.created',
+      object_type: 'push_config',
+      object_id: 'task-42/nr-llm-1',
+      before: null,
+      after: 'active',
+    });
+    expect(auditPage.parse({ items: [audit], nextCursor: '4' })).toBeDefined();
+    const refused = new Problem('guard_refused', 'refused', {
+      rule: 'private_address',
+      errors: [{ path: 'url', message: 'refused' }],
+    });
+    expect(problemResponse.parse(refused.body())).toBeDefined();
+    expect(problemResponse.parse(new Problem('not_found', 'no such thing').body())).toBeDefined();
     // An extra field fails: the schemas are exact.
     expect(pushConfigResponse.safeParse({ ...configView(cfg), extra: 1 }).success).toBe(false);
+    // Every timestamp is UTC with Z (Date.toISOString()): an offset, even +00:00, fails.
+    expect(configView(cfg).createdAt).toBe('2026-12-04T10:00:00.000Z');
+    expect(
+      pushConfigResponse.safeParse({ ...configView(cfg), createdAt: '2026-12-04T10:00:00.000+00:00' })
+        .success,
+    ).toBe(false);
   });
 });

@@ -1,47 +1,57 @@
-import { z } from 'zod';
-import { PROBLEM_STATUS } from '../http/problem';
+import type { z } from 'zod';
 import {
   auditPage,
   configPage,
   deliveryPage,
   deliveryResponse,
   eventAccepted,
-  feedPage,
   pushConfigResponse,
   registrationCreated,
   registrationResponse,
-} from './responses';
+  resolutionPage,
+} from '../responses';
 import {
   auditQuery,
+  configIdParam,
   configListQuery,
   createConfigBody,
   createRegistrationBody,
   emptyBody,
   eventBody,
   feedQuery,
-  configIdParam,
-  INPUT_EXAMPLES,
   pageQuery,
-  QUERY_INTEGER,
   remoteTaskBody,
   taskIdParam,
   uuidParam,
-} from './schemas';
-import { VERSION } from '../version';
+} from '../schemas';
 
 /** The 4xx an operation answers besides the ones every route or every POST answers (see `responsesOf`). */
 type OwnError = 400 | 404 | 409;
 
+/**
+ * An OpenAPI link: parameters only, each a runtime expression. A literal `requestBody` is valid OpenAPI
+ * 3.1 but refused by openapi-generator's validator (it wants an expression string), and no expression
+ * yields a task event, so the event write's link leaves the body to the client.
+ */
 interface Link {
   operationId: string;
   parameters: Record<string, string>;
-  /** Runtime expressions inside it are evaluated too (a body that must name the path's task). */
-  requestBody?: unknown;
   description: string;
 }
 
+/** The groups of operations (a generated client makes one class per tag: PushConfigsApi, …). */
+export const TAGS = {
+  PushConfigs: "Push configs of nr-llm's tasks (A2A's TaskPushNotificationConfig)",
+  Events: 'Task events: the outbox write',
+  Deliveries: 'Deliveries and their attempts',
+  Registrations: 'Remote tasks the service waits on',
+  Resolutions: "The resolutions feed of the tenant's registrations",
+  Audit: "The tenant's audit rows",
+} as const;
+
 export interface Operation {
   operationId: string;
+  tag: keyof typeof TAGS;
   method: 'get' | 'post' | 'delete';
   path: string;
   summary: string;
@@ -66,6 +76,7 @@ const taskIds = { taskId: taskIdParam, configId: configIdParam };
 export const OPERATIONS: Operation[] = [
   {
     operationId: 'createPushConfig',
+    tag: 'PushConfigs',
     method: 'post',
     path: '/v1/tasks/{taskId}/pushNotificationConfigs',
     summary: 'Create a push config',
@@ -89,11 +100,6 @@ export const OPERATIONS: Operation[] = [
         WriteTaskEvent: {
           operationId: 'writeTaskEvent',
           parameters: { taskId: '$request.path.taskId' },
-          requestBody: {
-            streamResponse: {
-              statusUpdate: { taskId: '$request.path.taskId', status: { state: 'TASK_STATE_WORKING' } },
-            },
-          },
           description: 'an event of the same task makes one delivery to this config',
         },
         DeletePushConfig: {
@@ -110,6 +116,7 @@ export const OPERATIONS: Operation[] = [
   },
   {
     operationId: 'listPushConfigs',
+    tag: 'PushConfigs',
     method: 'get',
     path: '/v1/tasks/{taskId}/pushNotificationConfigs',
     summary: "List a task's push configs, oldest first",
@@ -124,6 +131,7 @@ export const OPERATIONS: Operation[] = [
   },
   {
     operationId: 'getPushConfig',
+    tag: 'PushConfigs',
     method: 'get',
     path: '/v1/tasks/{taskId}/pushNotificationConfigs/{configId}',
     summary: 'Get one push config',
@@ -133,6 +141,7 @@ export const OPERATIONS: Operation[] = [
   },
   {
     operationId: 'deletePushConfig',
+    tag: 'PushConfigs',
     method: 'delete',
     path: '/v1/tasks/{taskId}/pushNotificationConfigs/{configId}',
     summary: 'Delete a push config (idempotent)',
@@ -142,6 +151,7 @@ export const OPERATIONS: Operation[] = [
   },
   {
     operationId: 'listConfigDeliveries',
+    tag: 'Deliveries',
     method: 'get',
     path: '/v1/tasks/{taskId}/pushNotificationConfigs/{configId}/deliveries',
     summary: "A config's deliveries, newest first",
@@ -163,6 +173,7 @@ export const OPERATIONS: Operation[] = [
   },
   {
     operationId: 'listTenantPushConfigs',
+    tag: 'PushConfigs',
     method: 'get',
     path: '/v1/pushNotificationConfigs',
     summary: "The tenant's push configs across tasks, oldest first",
@@ -172,6 +183,7 @@ export const OPERATIONS: Operation[] = [
   },
   {
     operationId: 'writeTaskEvent',
+    tag: 'Events',
     method: 'post',
     path: '/v1/tasks/{taskId}/events',
     summary: 'Write a task event: one delivery per active config, in one transaction',
@@ -195,6 +207,7 @@ export const OPERATIONS: Operation[] = [
   },
   {
     operationId: 'getDelivery',
+    tag: 'Deliveries',
     method: 'get',
     path: '/v1/deliveries/{id}',
     summary: 'Get one delivery with its attempts',
@@ -215,6 +228,7 @@ export const OPERATIONS: Operation[] = [
   },
   {
     operationId: 'retryDelivery',
+    tag: 'Deliveries',
     method: 'post',
     path: '/v1/deliveries/{id}:retry',
     summary: 'A new delivery of the same event with a fresh deadline',
@@ -241,6 +255,7 @@ export const OPERATIONS: Operation[] = [
   },
   {
     operationId: 'createRegistration',
+    tag: 'Registrations',
     method: 'post',
     path: '/v1/registrations',
     summary: 'Register a remote task to wait on',
@@ -271,6 +286,7 @@ export const OPERATIONS: Operation[] = [
   },
   {
     operationId: 'postRemoteTask',
+    tag: 'Registrations',
     method: 'post',
     path: '/v1/registrations/{id}/remote-task',
     summary: "Post an embedded registration's acknowledged remote task id",
@@ -296,6 +312,7 @@ export const OPERATIONS: Operation[] = [
   },
   {
     operationId: 'getRegistration',
+    tag: 'Registrations',
     method: 'get',
     path: '/v1/registrations/{id}',
     summary: 'Get a registration',
@@ -305,6 +322,7 @@ export const OPERATIONS: Operation[] = [
   },
   {
     operationId: 'deleteRegistration',
+    tag: 'Registrations',
     method: 'delete',
     path: '/v1/registrations/{id}',
     summary: 'Delete a registration (idempotent)',
@@ -314,15 +332,17 @@ export const OPERATIONS: Operation[] = [
   },
   {
     operationId: 'readResolutions',
+    tag: 'Resolutions',
     method: 'get',
     path: '/v1/resolutions',
     summary: "The tenant's resolutions feed (long-poll with wait)",
     query: feedQuery,
-    success: { status: 200, description: '{items, nextCursor}', schema: feedPage },
+    success: { status: 200, description: '{items, nextCursor}', schema: resolutionPage },
     errors: { 400: 'bad after, limit or wait' },
   },
   {
     operationId: 'readAudit',
+    tag: 'Audit',
     method: 'get',
     path: '/v1/audit',
     summary: "The tenant's audit rows",
@@ -331,180 +351,3 @@ export const OPERATIONS: Operation[] = [
     errors: { 400: 'bad after or limit' },
   },
 ];
-
-/**
- * JSON Schema of a zod schema: the request side for requests, the answer side for answers. Meta that
- * schemas.ts sets for the document is applied here: request examples, and integer query parameters.
- */
-const jsonSchema = (s: z.ZodType, io: 'input' | 'output') => {
-  const j = z.toJSONSchema(s, {
-    io,
-    unrepresentable: 'any',
-    override: (ctx) => {
-      const js = ctx.jsonSchema as Record<string, unknown>;
-      const integer = js[QUERY_INTEGER];
-      if (integer) {
-        for (const k of Object.keys(js)) delete js[k];
-        Object.assign(js, integer);
-      }
-      if (js[INPUT_EXAMPLES]) {
-        js.examples = js[INPUT_EXAMPLES];
-        delete js[INPUT_EXAMPLES];
-      }
-    },
-  }) as Record<string, unknown>;
-  delete j.$schema;
-  return j;
-};
-
-const header = (description: string, schema: Record<string, unknown>, required = true) => ({
-  description,
-  required,
-  schema,
-});
-const REQUEST_ID = header('the request id (a valid X-Request-Id sent is kept)', {
-  type: 'string',
-  minLength: 1,
-});
-
-const problem = (description: string, headers: Record<string, unknown> = {}) => ({
-  description,
-  headers: { 'X-Request-Id': { $ref: '#/components/headers/RequestId' }, ...headers },
-  content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } },
-});
-
-/** Every status an operation can answer, from the order of checks in app.ts and the route itself. */
-function responsesOf(op: Operation): Record<string, unknown> {
-  const s = op.success;
-  const responses: Record<string, unknown> = {
-    [s.status]: {
-      description: s.description,
-      headers: {
-        'X-Request-Id': { $ref: '#/components/headers/RequestId' },
-        ...(op.method === 'post'
-          ? { 'Idempotent-Replayed': { $ref: '#/components/headers/IdempotentReplayed' } }
-          : {}),
-      },
-      ...(s.schema ? { content: { 'application/json': { schema: jsonSchema(s.schema, 'output') } } } : {}),
-      ...(s.links ? { links: s.links } : {}),
-    },
-  };
-  const own = { ...op.errors };
-  if (op.method === 'post') own[400] ??= 'validation (body, or an Idempotency-Key not of 1-255 characters)';
-  for (const [status, description] of Object.entries(own)) responses[status] = problem(description);
-  responses['401'] = problem('missing or invalid API key', {
-    'WWW-Authenticate': header('the Bearer challenge', { type: 'string', pattern: '^Bearer' }),
-  });
-  if (op.method === 'post') {
-    responses['413'] = problem('the body is larger than 1 MiB');
-    responses['415'] = problem('a body that is not application/json or application/a2a+json (UTF-8)');
-    responses['422'] = problem('the Idempotency-Key was used for a different request');
-  }
-  responses['503'] = problem('the database is unavailable', {
-    'Retry-After': header('seconds to wait', { type: 'string', pattern: '^\\d+$' }),
-  });
-  return Object.fromEntries(Object.entries(responses).sort(([a], [b]) => Number(a) - Number(b)));
-}
-
-/** OpenAPI 3.1, generated from the zod schemas that validate the requests and shape the answers. */
-export function openApiDocument() {
-  const paths: Record<string, Record<string, unknown>> = {};
-  for (const op of OPERATIONS) {
-    const params = Object.entries(op.params ?? {}).map(([name, s]) => ({
-      name,
-      in: 'path',
-      required: true,
-      schema: jsonSchema(s, 'input'),
-    }));
-    const query = op.query
-      ? Object.entries(op.query.shape).map(([name, s]) => ({
-          name,
-          in: 'query',
-          required: false,
-          schema: jsonSchema(s as z.ZodType, 'input'),
-        }))
-      : [];
-    const body = op.body ? jsonSchema(op.body, 'input') : undefined;
-    paths[op.path] ??= {};
-    paths[op.path]![op.method] = {
-      operationId: op.operationId,
-      summary: op.summary,
-      parameters: [
-        ...params,
-        ...query,
-        ...(op.method === 'post'
-          ? [
-              {
-                name: 'Idempotency-Key',
-                in: 'header',
-                required: false,
-                description:
-                  'a repeat with the same method, path and body within 24 h gets the stored answer',
-                schema: { type: 'string', minLength: 1, maxLength: 255 },
-              },
-            ]
-          : []),
-      ],
-      ...(body
-        ? {
-            requestBody: {
-              required: !op.bodyOptional,
-              content: { 'application/json': { schema: body }, 'application/a2a+json': { schema: body } },
-            },
-          }
-        : {}),
-      responses: responsesOf(op),
-      security: [{ bearer: [] }],
-    };
-  }
-  return {
-    openapi: '3.1.0',
-    info: {
-      title: 'a2a-push management API',
-      version: VERSION,
-      description:
-        'Checks run in this order on /v1: API key (401), route and method (404, 405 with Allow), size (413), ' +
-        'media type (415), then the request (400). Rules JSON Schema cannot state are checked by the ' +
-        "service: the address guard on URLs (400 guard_refused with its rule), a body taskId equal to the path's.",
-    },
-    servers: [{ url: '/' }],
-    paths,
-    components: {
-      securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
-      headers: {
-        RequestId: REQUEST_ID,
-        IdempotentReplayed: header(
-          'present on a stored answer replayed for a repeated Idempotency-Key',
-          { type: 'string', enum: ['true'] },
-          false,
-        ),
-      },
-      schemas: {
-        Problem: {
-          type: 'object',
-          required: ['type', 'title', 'status', 'detail'],
-          properties: {
-            type: {
-              type: 'string',
-              enum: Object.keys(PROBLEM_STATUS).map((n) => `urn:a2a-push:problem:${n}`),
-            },
-            title: { type: 'string' },
-            status: { type: 'integer', enum: [...new Set(Object.values(PROBLEM_STATUS))] },
-            detail: { type: 'string' },
-            rule: { type: 'string' },
-            errors: {
-              type: 'array',
-              items: {
-                type: 'object',
-                required: ['path', 'message'],
-                properties: { path: { type: 'string' }, message: { type: 'string' } },
-                additionalProperties: false,
-              },
-            },
-          },
-          additionalProperties: false,
-        },
-      },
-    },
-  };
-}

@@ -71,9 +71,9 @@ export function admit(
     for (const j of jobs) {
       if (j.firstContact && !j.hadTurn) {
         t += interval;
-        const turn = Math.ceil(t - rate.burst * interval);
-        if (turn > now) {
-          later.push({ id: j.id, turn });
+        const at = t - rate.burst * interval;
+        if (at > now) {
+          later.push({ id: j.id, turn: Math.ceil(at) });
           continue;
         }
       }

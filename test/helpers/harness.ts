@@ -18,6 +18,7 @@ import { DELIVERY_WORKFLOW_TYPES, eagerStartClient, type Starter } from '../../s
 import { EagerStarts } from '../../src/starts/eager';
 import { KnownTargets } from '../../src/starts/known-targets';
 import { Relay, relayOf, type RelayOptions } from '../../src/starts/relay';
+import type { DueHandoff } from '../../src/delivery/types';
 import { createInboxApp } from '../../src/inbox/app';
 import { loadSettings } from '../../src/config';
 import { createApiKey } from '../../src/db/apikeys';
@@ -83,6 +84,8 @@ export interface StackOptions {
    * to be eager. Off by default: the tests' client is a plain one.
    */
   eager?: boolean;
+  /** Where the worker's attempts hand the jobs they make due (default: the stack's relay). */
+  handoff?: (relay: Relay) => DueHandoff;
 }
 
 export interface InboxSeen {
@@ -181,7 +184,7 @@ export async function startStack(
     connection: temporal.nativeConnection,
     namespace: temporal.namespace ?? 'default',
     taskQueue,
-    due: relay,
+    due: o.handoff ? o.handoff(relay) : relay,
     ...(eager ? { eagerStarts: eager } : {}),
     // A test that traces gives a bundle with Temporal's OpenTelemetry workflow interceptors in it.
     source: { workflowBundle: { codePath: o.workflowBundle ?? process.env.TEST_WORKFLOW_BUNDLE! } },

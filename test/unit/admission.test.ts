@@ -64,6 +64,14 @@ describe('admit: cases', () => {
     expect(a.tat.get('A')).toBe(NOW + 25 * 100);
   });
 
+  it("on a clock with fractions of a millisecond (the database's), the 20th first contact still goes at once", () => {
+    const now = NOW + 0.123;
+    const burst = Array.from({ length: 21 }, (_, i) => job(`f${i}`, 'A', i, { firstContact: true }));
+    const a = admit(burst, new Map(), now);
+    expect(a.start).toHaveLength(20);
+    expect(a.later).toEqual([{ id: 'f20', turn: Math.ceil(now + 100) }]);
+  });
+
   it("past its rate, a tenant's first contacts wait for their turns while its other jobs start", () => {
     const a = admit(
       [

@@ -8,7 +8,8 @@ import {
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
-import type { DeliveryActivities, AttemptInput, AttemptOutput } from '../activities/delivery';
+import type { DeliveryActivities } from '../activities/delivery';
+import type { AttemptInput, AttemptOutput } from '../activities/delivery-types';
 import { DeliveryStatus } from './search-attributes';
 import { deliveryStatusQuery, wakeSignal, type DeliveryState } from './signals';
 

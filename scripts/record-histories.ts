@@ -38,13 +38,11 @@ const AGENT_TOKEN = `agent-token-${crypto.randomBytes(8).toString('hex')}`;
 const BODY_MARK = `body-mark-${crypto.randomBytes(8).toString('hex')}`;
 
 /**
- * RECORD_WORKFLOW=lean records the delivery workflows as the lean type (DELIVERY_WORKFLOW=lean), saved
- * as `delivery-lean-<outcome>` beside the classic type's `delivery-<outcome>`.
+ * Delivery workflows are recorded as the lean type, every new delivery's (`delivery-lean-<outcome>`);
+ * the classic type's `delivery-<outcome>` are the saved shapes of runs of the previous version, kept as
+ * they are.
  */
-const LEAN = process.env.RECORD_WORKFLOW === 'lean';
-if (process.env.RECORD_WORKFLOW !== undefined && !['lean', 'classic'].includes(process.env.RECORD_WORKFLOW))
-  throw new Error(`RECORD_WORKFLOW: classic or lean, not ${process.env.RECORD_WORKFLOW}`);
-const DELIVERY_PREFIX = LEAN ? 'delivery-lean-' : 'delivery-';
+const DELIVERY_PREFIX = 'delivery-lean-';
 // RECORD_ONLY=name,name saves only those (the others keep their files: earlier shapes stay).
 const only = process.env.RECORD_ONLY?.split(',').filter(Boolean);
 
@@ -105,7 +103,6 @@ async function main() {
       OUTBOX_BOUND_PER_CONFIG: '1',
       POLL_INITIAL: '1s',
       POLL_MAX: '2s',
-      DELIVERY_WORKFLOW: LEAN ? 'lean' : 'classic',
     },
   });
   const histories: Array<{ name: string; workflowId: string }> = [];

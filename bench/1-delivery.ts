@@ -88,8 +88,8 @@ export interface DeliveryThroughputResult {
   duplicates: number;
   /** Calls that waited in line for a host slot (the workers' a2a_push_host_slot_waits_total). */
   slotWaits: number;
-  /** The workers' line wakes (a2a_push_line_wakes_total) by how: eager starts, other starts, signals. */
-  lineWakes: { eager: number; started: number; tenantFull: number; signal: number };
+  /** The workers' relays' starts (a2a_push_starts_total) by path, and how many of them were eager. */
+  starts: { direct: number; claim: number; eager: number };
   /** Mean time an attempt held its host slot (a2a_push_host_slot_held_seconds), ms. */
   slotHeldMs: number;
   /** What the receiver saw of each config's X-A2A-Push-Sequence: resends, arrivals out of order, gaps. */
@@ -345,13 +345,19 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
         })
       : undefined;
     const slotWaits = await workerCounter(services, 'a2a_push_host_slot_waits_total').catch(() => NaN);
-    const wakes = (how: string) =>
-      workerCounter(services, `a2a_push_line_wakes_total{how="${how}"`).catch(() => NaN);
-    const lineWakes = {
-      eager: await wakes('eager'),
-      started: await wakes('started'),
-      tenantFull: await wakes('tenant_full'),
-      signal: await wakes('signal'),
+    // The relays' starts, by label: a line `a2a_push_starts_total{path="direct",lane="fast",eager="true",…} n`.
+    const startsBy = async (label: string) => {
+      let total = 0;
+      for (const w of services.workers)
+        for (const line of (await (await fetch(`${w.url}/metrics`)).text()).split('\n'))
+          if (line.startsWith('a2a_push_starts_total{') && line.includes(label))
+            total += Number(line.split(' ').pop());
+      return total;
+    };
+    const starts = {
+      direct: await startsBy('path="direct"'),
+      claim: await startsBy('path="claim"'),
+      eager: await startsBy('eager="true"'),
     };
     const heldS = await workerCounter(services, 'a2a_push_host_slot_held_seconds_sum').catch(() => NaN);
     const helds = await workerCounter(services, 'a2a_push_host_slot_held_seconds_count').catch(() => NaN);
@@ -372,7 +378,7 @@ export async function runDeliveryThroughput(o: DeliveryThroughputOptions): Promi
       latencyMs: latency(arrived.map((e) => receiver.delivered.get(e.id)! - sentAt.get(e.id)!)),
       cpu,
       slotWaits,
-      lineWakes,
+      starts,
       slotHeldMs: helds > 0 ? round((heldS * 1000) / helds, 1) : NaN,
       duplicates: plan.reduce((d, e) => d + Math.max(0, (receiver.seen.get(e.id) ?? 0) - 1), 0),
       order: sequenceCheck(receiver.sequenced, (p) => p.startsWith(`/hook/${runId}-task-`)),
@@ -751,7 +757,7 @@ export const deliveryBenchmark: Benchmark = {
         `receiver, by X-A2A-Push-Sequence: per_config ${orderNote(ours.order)}; none ${orderNote(unordered.order)}.`,
         '(b) and (c) send once and keep nothing durable: they are the ceiling of one process posting, not a like-for-like sender.',
         `(b) latency p99 ${b.latencyMs.p99} ms, (c) p99 ${c.latencyMs.p99} ms.`,
-        `line wakes (per_config, a2a_push_line_wakes_total): ${ours.lineWakes.eager} eager starts, ${ours.lineWakes.started} starts through the task queue, ${ours.lineWakes.tenantFull} signal-with-starts with the tenant's eager places taken, ${ours.lineWakes.signal} signal-with-starts of jobs already started.`,
+        `starts (per_config, the workers' a2a_push_starts_total): ${ours.starts.direct} by the process that made the job due, ${ours.starts.claim} by claim runs; ${ours.starts.eager} of them eager.`,
         `host slot waits (OUTBOUND_HOST_CONCURRENCY): per_config ${ours.slotWaits}, none ${unordered.slotWaits}, none with the bound raised ${unbound.slotWaits}; mean time an attempt held its slot: per_config ${ours.slotHeldMs} ms, none ${unordered.slotHeldMs} ms.`,
         `ours: ${ours.writeRefusals} (per_config) and ${unordered.writeRefusals} (none) event writes answered 503 and retried after their Retry-After.`,
       ],

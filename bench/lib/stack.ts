@@ -98,14 +98,11 @@ export function defaultDeliveryOrder(): DeliveryOrder {
 }
 
 /**
- * The DELIVERY_WORKFLOW every service process gets (issue 21): the service's default (lean, since
- * session 20), or `BENCH_DELIVERY_WORKFLOW=classic` to run the suite with the classic delivery workflow.
- * Always passed explicitly, as DELIVERY_ORDER is.
+ * The delivery workflow type every delivery starts as (the lean one): kept in the results as earlier
+ * runs, which could choose, kept it.
  */
-export function benchDeliveryWorkflow(): 'classic' | 'lean' {
-  const v = process.env.BENCH_DELIVERY_WORKFLOW ?? 'lean';
-  if (v !== 'classic' && v !== 'lean') throw new Error(`BENCH_DELIVERY_WORKFLOW: classic or lean, not ${v}`);
-  return v;
+export function benchDeliveryWorkflow(): 'lean' {
+  return 'lean';
 }
 
 /** DELIVERY_ORDER of every set of service processes started since the last `takeDeliveryOrders()`. */
@@ -124,8 +121,8 @@ export function takeDeliveryOrders(): string[] {
 /**
  * How the service processes are laid out (issue 21): `combined` (the default since session 16, as
  * `npm start` and docker-compose's api service run it), the api and the first worker in one process
- * (`main.ts api,worker`), whose dispatcher starts workflows eagerly (EAGER_START=on unless the run's
- * env says otherwise), further workers and the inbox apart; or `split`, one process per role
+ * (`main.ts api,worker`), sharing one relay that starts workflows eagerly on that worker's connection,
+ * further workers and the inbox apart; or `split`, one process per role
  * (`main.ts api|inbox|worker`).
  * `BENCH_LAYOUT` picks it for the whole suite.
  */
@@ -217,7 +214,6 @@ export async function startServices(o: {
     INBOX_PORT: String(inboxPort),
     LOG_LEVEL: 'warn',
     DELIVERY_ORDER: defaultDeliveryOrder(),
-    DELIVERY_WORKFLOW: benchDeliveryWorkflow(),
     ...o.env,
   };
   ordersStarted.push(base.DELIVERY_ORDER!);
@@ -229,11 +225,7 @@ export async function startServices(o: {
     const workers: ServiceProc[] = [];
     const combinedPort = combined ? await freePort() : 0;
     const api = combined
-      ? spawnService(
-          'api,worker',
-          { EAGER_START: 'on', ...base, WORKER_PORT: String(combinedPort) },
-          log('api-worker0'),
-        )
+      ? spawnService('api,worker', { ...base, WORKER_PORT: String(combinedPort) }, log('api-worker0'))
       : spawnService('api', base, log('api'));
     const apiProc: ServiceProc = {
       kind: combined ? 'api,worker' : 'api',

@@ -139,6 +139,31 @@ export async function takeTurns<
   });
 }
 
+/** First contacts waiting for their turn (`start_after`), with their target's URL: at most `limit`. */
+export async function waitingForTurn(db: Db, limit: number): Promise<Array<{ id: string; url: string }>> {
+  const r = await db.query<{ id: string; url: string }>(
+    `SELECT d.id, c.url FROM delivery_jobs d JOIN push_configs c ON c.row_id = d.config_row_id
+      WHERE ${DUE} AND d.start_after > now() LIMIT $1`,
+    [limit],
+  );
+  return r.rows;
+}
+
+/**
+ * Their turns dropped (their target answered: first contacts no more); a claim run takes them at once.
+ * Rows another statement holds are skipped, locked in id order.
+ */
+export async function dropTurns(db: Db, ids: string[]): Promise<void> {
+  if (ids.length > 0)
+    await db.query(
+      `UPDATE delivery_jobs SET start_after = NULL
+        WHERE id IN (SELECT id FROM delivery_jobs
+                      WHERE id = ANY($1::uuid[]) AND dispatched_at IS NULL AND start_after > now()
+                      ORDER BY id FOR UPDATE SKIP LOCKED)`,
+      [ids],
+    );
+}
+
 /**
  * The sweep's repair of lines (outbox_line_repair): jobs superseded while on the wire whose attempt is
  * older than `onWireMs` have ended, and every line whose head is not due gets it made due, leased for

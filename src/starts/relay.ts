@@ -12,11 +12,13 @@ import { startDelivery, wakeDeliveries, wakeLegacyRuns, type Starter } from './c
 import { KnownTargets } from './known-targets';
 import {
   claimDue,
+  dropTurns,
   expireWaiting,
   markStarted,
   releaseLeases,
   repairLines,
   takeTurns,
+  waitingForTurn,
   type ClaimedJob,
 } from './outbox';
 import { startLostRegistrations } from './registrations';
@@ -39,6 +41,8 @@ export const STARTS_IN_FLIGHT_PER_TENANT = 16;
 export const DIRECT_LEASE_MS = 5_000;
 /** How long a claim keeps other relays off a job whose start is under way. */
 export const CLAIM_LEASE_MS = 60_000;
+/** How often a claim run looks for first contacts whose target has answered since their turn was given. */
+const RELEASE_CHECK_MS = 250;
 /** Jobs one claim takes at most. */
 export const CLAIM_BATCH = 256;
 /**
@@ -99,6 +103,7 @@ export class Relay implements DueHandoff {
   /** Turns of first contacts this relay held back (epoch ms, this process's clock): a claim run then. */
   private turns: number[] = [];
   private turnTimer: NodeJS.Timeout | undefined;
+  private releasedAt = 0;
   private readonly work = new Set<Promise<unknown>>();
 
   constructor(private readonly o: RelayOptions) {}
@@ -177,6 +182,7 @@ export class Relay implements DueHandoff {
 
   /** One claim: takes a batch, admits and starts it. Answers how many it claimed; throws when starts failed. */
   private async claimOnce(): Promise<number> {
+    await this.releaseAnswered();
     const jobs = await claimDue(this.o.db, CLAIM_BATCH, CLAIM_LEASE_MS);
     if (jobs.length > 0) await this.admitAndStart(jobs, 'claim');
     else this.failing = false;
@@ -261,6 +267,34 @@ export class Relay implements DueHandoff {
       admission.start.map((s) => s.id).filter((id) => !done.has(id)),
     ).catch(() => this.kickAt([Date.now() + CLAIM_LEASE_MS]));
     throw failure;
+  }
+
+  /**
+   * First contacts waiting for their turn whose target has answered a 2xx since are first contacts no
+   * more: their turns are dropped, and this claim run starts them in the fast lane, rather than at
+   * turns up to (first contacts ÷ 10) seconds off (benchmark 1: 1,000 jobs to one new receiver). Read
+   * at most every 250 ms, while this relay has turns ahead, past the known-targets cache (a target gone
+   * suspect since is not taken for known). Best effort: a failed read releases nothing.
+   */
+  private async releaseAnswered(): Promise<void> {
+    if (this.turns.length === 0 || Date.now() - this.releasedAt < RELEASE_CHECK_MS) return;
+    this.releasedAt = Date.now();
+    try {
+      const waiting = await waitingForTurn(this.o.db, CLAIM_BATCH * 4);
+      const targetOf = new Map(waiting.map((w) => [w.id, hostAndTarget(w.url).target]));
+      const targets = [...new Set(targetOf.values())].filter((t): t is string => !!t);
+      const unknown = await this.o.known.unknownOf(targets, { cached: false });
+      if (!unknown) return;
+      await dropTurns(
+        this.o.db,
+        waiting.filter((w) => targetOf.get(w.id) && !unknown.has(targetOf.get(w.id)!)).map((w) => w.id),
+      );
+    } catch (err) {
+      this.o.logger.warn(
+        { err: messageOf(err) },
+        'releasing answered first contacts failed; they keep their turns',
+      );
+    }
   }
 
   /**

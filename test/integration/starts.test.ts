@@ -54,10 +54,13 @@ afterAll(async () => {
   await temporal?.close();
 });
 
-/** The relays' starts so far (a2a_push_starts_total), by path. */
+/** The relays' starts so far (a2a_push_starts_total), by path and by lane. */
 const startsBy = async () => {
-  const by = { direct: 0, claim: 0 };
-  for (const v of (await workflowStarts.get()).values) by[v.labels.path as keyof typeof by] += v.value;
+  const by = { direct: 0, claim: 0, fast: 0, slow: 0 };
+  for (const v of (await workflowStarts.get()).values) {
+    by[v.labels.path as 'direct' | 'claim'] += v.value;
+    by[v.labels.lane as 'fast' | 'slow'] += v.value;
+  }
   return by;
 };
 
@@ -138,6 +141,33 @@ it('a job made due without a lease is started by a relay told by NOTIFY (the swe
   const after = await startsBy();
   expect(after.claim - before.claim).toBe(1);
   expect(after.direct - before.direct).toBe(0);
+});
+
+it('first contacts waiting for their turn start at once, in the fast lane, once their target has answered a 2xx', async () => {
+  // 100 jobs to a receiver never seen: 20 start at once in the slow lane, 80 get turns over 8 s. The
+  // first 2xx makes the target known: the next claim run drops the turns left and starts those jobs
+  // as what they now are, jobs to a known target.
+  const rx = await startReceiver();
+  try {
+    const taskId = `answered-${crypto.randomUUID()}`;
+    await createConfig(stack, taskId, { id: 'c', url: rx.url });
+    const ids: string[] = [];
+    for (let i = 0; i < 100; i++)
+      ids.push((await writeStraight(stack, taskId, { leaseMs: 600_000 })).jobs[0]!.id);
+    const before = await startsBy();
+    await stack.tdb.db.query('UPDATE delivery_jobs SET dispatch_lease = NULL WHERE id = ANY($1::uuid[])', [
+      ids,
+    ]);
+    stack.relay.kick();
+    for (const id of ids) await delivered(stack, id, 30_000);
+    const after = await startsBy();
+    expect(after.fast + after.slow - before.fast - before.slow).toBe(100);
+    // The burst and the turns that came before the first 2xx: slow; the rest: fast, their turns dropped.
+    expect(after.slow - before.slow).toBeGreaterThanOrEqual(20);
+    expect(after.fast - before.fast).toBeGreaterThan(0);
+  } finally {
+    await rx.close();
+  }
 });
 
 it('a start Temporal refuses gives its leases back at once; the statements after it leave their jobs to claim runs', async () => {

@@ -402,9 +402,10 @@ export type Json = any;
 export const json = async (r: Response | Promise<Response>): Promise<Json> => (await r).json();
 
 /**
- * The result of a workflow, once it has been started (WorkflowNotFound until then: the dispatcher or
- * the inbox starts it); fails when it is still not found after `notFoundForMs`. On the time-skipping
- * server, the wait moves the server's clock.
+ * The result of a workflow, once it has been started (WorkflowNotFound until then: a relay or the inbox
+ * starts it); fails when it is still not found after `notFoundForMs`. It waits for the workflow to
+ * exist before it asks for the result: on the time-skipping server, asking for a result lets the
+ * server skip time, and with nothing running yet it skips years ahead, past every job's deadline.
  */
 export async function workflowResult<T = unknown>(
   client: Client,
@@ -412,18 +413,17 @@ export async function workflowResult<T = unknown>(
   notFoundForMs = Infinity,
 ): Promise<T> {
   const until = Date.now() + notFoundForMs;
+  const handle = client.workflow.getHandle(workflowId);
   for (;;) {
     try {
-      return (await client.workflow.getHandle(workflowId).result()) as T;
+      await handle.describe();
+      break;
     } catch (err) {
-      // Not started yet: the SDK says so as WorkflowNotFoundError, or (from the history long-poll that
-      // result() makes) as the server's bare NOT_FOUND.
-      const notFound =
-        err instanceof WorkflowNotFoundError || (err as { code?: unknown }).code === 5; /* NOT_FOUND */
-      if (!notFound || Date.now() > until) throw err;
+      if (!(err instanceof WorkflowNotFoundError) || Date.now() > until) throw err;
       await new Promise((r) => setTimeout(r, 50));
     }
   }
+  return (await handle.result()) as T;
 }
 
 /** The result of a delivery's workflow, once the dispatcher has started it. */

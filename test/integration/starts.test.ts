@@ -170,6 +170,44 @@ it('first contacts waiting for their turn start at once, in the fast lane, once 
   }
 });
 
+it('a start whose answer was lost is refused when a claim run starts the job again: marked started, one run, one delivery', async () => {
+  const taskId = `lost-answer-${crypto.randomUUID()}`;
+  await createConfig(stack, taskId, { id: 'c', url: receiver.url });
+  // Leased to a relay that started it and died before its answer came: the run exists (delayed here, so
+  // that it has not attempted yet), the job is not marked, and its lease runs out.
+  const w = await writeStraight(stack, taskId, { leaseMs: 600_000 });
+  const job = w.jobs[0]!.id;
+  await temporal.client.workflow.start(DELIVERY_WORKFLOW_TYPE, {
+    workflowId: makeDeliveryWorkflowId(job),
+    taskQueue: queue,
+    args: [{ jobId: job }],
+    startDelay: '8 seconds',
+  });
+  const requestsBefore = receiver.requests.length;
+  await stack.tdb.db.query('UPDATE delivery_jobs SET dispatch_lease = NULL WHERE id = $1', [job]);
+  stack.relay.kick();
+  // The claim run's start was refused (the run exists), and counted as started: marked before the
+  // run's first workflow task.
+  const marked = await eventually(
+    () => jobState(stack, job),
+    (j) => j.dispatched_at !== null,
+  );
+  await delivered(stack, job);
+  const firstTask = ((await handle(job).fetchHistory()).events ?? []).find(
+    (e) => e.workflowTaskScheduledEventAttributes,
+  )!;
+  expect(marked.dispatched_at!.getTime()).toBeLessThan(Number(firstTask.eventTime!.seconds) * 1000);
+  const runs: string[] = [];
+  for await (const r of temporal.client.workflow.list({
+    query: `WorkflowId = '${makeDeliveryWorkflowId(job)}'`,
+  }))
+    runs.push(r.status.name);
+  expect(runs).toEqual(['COMPLETED']);
+  expect(
+    receiver.requests.slice(requestsBefore).filter((r) => r.headers['x-a2a-push-delivery'] === job),
+  ).toHaveLength(1);
+});
+
 it('a start Temporal refuses gives its leases back at once; the statements after it leave their jobs to claim runs', async () => {
   // A Temporal where nothing listens, and no retries of the call: the start fails fast.
   const connection = Connection.lazy({

@@ -458,8 +458,10 @@ BEGIN
       FROM outbound_acquire(p_slot) a;
     IF NOT o_acquired THEN RETURN; END IF;
   END IF;
+  -- Its workflow runs: marked started, if the start's own mark was lost.
   UPDATE delivery_jobs SET status = 'in_flight', attempt_count = v_n, next_attempt_at = NULL,
-                           wake_early = false, early_taken = (p_attempt->>'early')::boolean
+                           wake_early = false, early_taken = (p_attempt->>'early')::boolean,
+                           dispatched_at = coalesce(dispatched_at, now()), dispatch_lease = NULL
    WHERE id = v_job AND status IN ('queued', 'waiting_retry') AND held_by IS NULL;
   IF NOT FOUND THEN
     -- Ended meanwhile (superseded, cancelled): nothing goes on the wire, the slot goes back.

@@ -160,6 +160,9 @@ export const settingsSchema = z
     // Activity slots of the slow lane: attempts to targets that recently timed out, refused or were slow.
     SLOW_LANE_CONCURRENCY: int(50, 1, 10_000),
     CONFIG_FAILING_AFTER: duration('5d', 1000),
+    // A failing config (jobs ending without a 2xx since its last 2xx) gets one `failing` event in the feed
+    // once its failing stretch is this old: a warning before CONFIG_FAILING_AFTER stops it.
+    CONFIG_WARN_AFTER: duration('1d', 1000),
     // Configs of one task that are not deleted (active, auth_failed, stopped): each event fans out to them.
     MAX_CONFIGS_PER_TASK: int(100, 1, 100_000),
     SWEEP_INTERVAL: duration('30s', 100),
@@ -207,6 +210,12 @@ export const settingsSchema = z
   .superRefine((s, ctx) => {
     if (s.RETRY_INITIAL > s.RETRY_MAX)
       ctx.addIssue({ code: 'custom', path: ['RETRY_INITIAL'], message: 'must not exceed RETRY_MAX' });
+    if (s.CONFIG_WARN_AFTER > s.CONFIG_FAILING_AFTER)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['CONFIG_WARN_AFTER'],
+        message: 'must not exceed CONFIG_FAILING_AFTER',
+      });
     if (s.POLL_INITIAL > s.POLL_MAX)
       ctx.addIssue({ code: 'custom', path: ['POLL_INITIAL'], message: 'must not exceed POLL_MAX' });
     if ((s.INBOX_TLS_CERT === undefined) !== (s.INBOX_TLS_KEY === undefined))

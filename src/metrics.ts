@@ -25,6 +25,12 @@ export const configsFailing = new Counter({
   help: 'Push configs stopped as failing: no 2xx for CONFIG_FAILING_AFTER',
   registers: [],
 });
+export const configEvents = new Counter({
+  name: 'a2a_push_config_events_total',
+  help: 'Config events written to the feed (GET /v1/configEvents) by this process, by kind',
+  labelNames: ['kind'] as const,
+  registers: [],
+});
 export const workflowStarts = new Counter({
   name: 'a2a_push_starts_total',
   help: "Delivery workflows started by this process's relay, by path (direct: a job this process made due; claim: taken by a claim run), lane, and whether the start was eager (its first workflow task handed to the worker in this process)",
@@ -44,9 +50,18 @@ export function createRegistry(kind: 'api' | 'inbox' | 'worker', extra: Metric[]
   collectDefaultMetrics({ register: registry });
   const own: Metric[] =
     kind === 'worker'
-      ? [deliveriesTotal, attemptDuration, guardRefusals, configsFailing, slotWaits, slotHeld, workflowStarts]
+      ? [
+          deliveriesTotal,
+          attemptDuration,
+          guardRefusals,
+          configsFailing,
+          configEvents,
+          slotWaits,
+          slotHeld,
+          workflowStarts,
+        ]
       : kind === 'api'
-        ? [eventWrites, guardRefusals, workflowStarts, configsFailing]
+        ? [eventWrites, guardRefusals, workflowStarts, configsFailing, configEvents]
         : [inboxRequests];
   for (const m of [...own, ...extra]) registry.registerMetric(m);
   return registry;

@@ -4,7 +4,7 @@ import type { Db } from './db/pool';
 /**
  * The daily retention cleanup (contract section 7). Deletes what is older than RETENTION and no longer
  * needed: finished delivery jobs (their attempts go with them, ON DELETE CASCADE), task events left
- * with no job, processed inbox callbacks, feed items, deleted push configs no job references, and
+ * with no job, processed inbox callbacks, feed items, config events, deleted push configs no job references, and
  * idempotency keys past their 24 h. Audit rows are kept (the table refuses DELETE).
  *
  * Every statement deletes at most `batchSize` rows and commits on its own, so a large backlog never
@@ -97,6 +97,15 @@ const STEPS: Step[] = [
             SELECT cursor FROM feed_items WHERE observed_at < $1 ORDER BY cursor LIMIT $2),
           gone AS (
             DELETE FROM feed_items f USING batch b WHERE f.cursor = b.cursor RETURNING 1)
+          SELECT count(*) AS n FROM gone`,
+  },
+  {
+    table: 'config_events',
+    cutoff: 'retention',
+    sql: `WITH batch AS (
+            SELECT cursor FROM config_events WHERE created_at < $1 ORDER BY cursor LIMIT $2),
+          gone AS (
+            DELETE FROM config_events e USING batch b WHERE e.cursor = b.cursor RETURNING 1)
           SELECT count(*) AS n FROM gone`,
   },
   {

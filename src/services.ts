@@ -5,6 +5,8 @@ import { NativeConnection } from '@temporalio/worker';
 import { Gauge, type Metric } from 'prom-client';
 import { createApiApp } from './api/app';
 import { FeedNotifier } from './api/feed-notifier';
+import { CONFIG_EVENTS_CHANNEL } from './db/config-events';
+import { FEED_CHANNEL } from './db/registrations';
 import { requireSettings } from './config';
 import { pgReachable, type Db } from './db/pool';
 import { attemptPlanOf } from './delivery/schedule';
@@ -62,10 +64,14 @@ export async function startApi(
   // Without a worker beside it: its own relay, on its lazy client, never eager.
   const relay = beside?.relay ?? relayOf(rt, { client, taskQueue: s.TASK_QUEUE, plan: attemptPlanOf(s) });
   const registry = createRegistry('api', apiGauges(rt.db));
-  const feed = new FeedNotifier(rt.listener);
-  await feed.start();
+  const feeds = {
+    resolutions: new FeedNotifier(rt.listener, FEED_CHANNEL),
+    configEvents: new FeedNotifier(rt.listener, CONFIG_EVENTS_CHANNEL),
+  };
+  await feeds.resolutions.start();
+  await feeds.configEvents.start();
   const app = createApiApp(
-    { ...rt, temporal: client, relay, feed },
+    { ...rt, temporal: client, relay, feeds },
     registry,
     serviceReadiness(rt.db, connection),
   );
@@ -81,7 +87,8 @@ export async function startApi(
     async stop() {
       retention.stop();
       // Long-polls answer what they have at once, so they do not hold the shutdown up.
-      feed.stop();
+      feeds.resolutions.stop();
+      feeds.configEvents.stop();
       await closeServer(server);
       if (!beside) await relay.stop();
       await connection.close().catch(() => undefined);

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { HealthRule } from '../delivery/health';
 import type { Db } from '../db/pool';
 import type { HostSlots } from '../db/slots';
 import type { Classification } from '../delivery/classify';
@@ -62,8 +63,8 @@ export interface DeliveryDeps {
   wake: (jobIds: string[]) => Promise<void>;
   /** Where the jobs an attempt's end makes due go: this process's relay. */
   due: DueHandoff;
-  /** CONFIG_FAILING_AFTER: a config without a 2xx for this long (workflow time) stops as `failing`. */
-  failingAfterMs: number;
+  /** CONFIG_FAILING_AFTER and CONFIG_WARN_AFTER (workflow time): config health's rule. */
+  health: HealthRule;
   /** Times this worker's local attempts, for its workflow task slots (src/worker/workflow-slots.ts). */
   localAttempts?: { begin(): number; end(id: number): void };
   /** A job started eagerly holds its tenant's eager place until its attempt call here ends. */

@@ -2,7 +2,7 @@ import type { Db } from '../db/pool';
 import { inTx } from '../db/pool';
 import { audit } from '../db/audit';
 import {
-  configFailing,
+  configHealth,
   currentStatus,
   endAttempt,
   finishJob,
@@ -14,7 +14,7 @@ import type { Classification } from '../delivery/classify';
 import type { CallHealth } from '../delivery/health';
 import { nextStep } from '../delivery/schedule';
 import { isFinished, type JobStatus } from '../delivery/types';
-import { configsFailing } from '../metrics';
+import { configEvents, configsFailing } from '../metrics';
 import { contextLogger } from '../request-context';
 import type { Answer, AttemptInput, DeliveryDeps } from './delivery-types';
 
@@ -33,6 +33,11 @@ export type Recorded = Omit<Classification, 'outcome' | 'reason'> & {
  */
 export function createOutcomes(deps: DeliveryDeps) {
   const { db, logger } = deps;
+
+  /** The config events this process wrote (a2a_push_config_events_total). */
+  const countEvents = (kinds: readonly string[]) => {
+    for (const kind of kinds) configEvents.inc({ kind });
+  };
 
   /**
    * Who holds a slot or a place in line: the job's attempt, so that a stale run of an attempt (timed
@@ -121,6 +126,7 @@ export function createOutcomes(deps: DeliveryDeps) {
       );
     const answer = (row: Ended): Answer => {
       wakeLater([...row.o_granted, ...row.o_wake]);
+      countEvents(row.o_events);
       return row.o_updated === null
         ? { status: row.o_cur_status, attempts: row.o_cur_attempts, outcome: c.outcome, due: row.o_due }
         : {
@@ -182,19 +188,25 @@ export function createOutcomes(deps: DeliveryDeps) {
   }
 
   /**
-   * Config health (contract §10): a job of the config ended without a 2xx at `now` (workflow time);
-   * the rule is outbox_config_failing's. A config it stops has its line closed (the jobs not due end
+   * Config health (contract §§10, 11): a job of the config ended without a 2xx at `now` (workflow time);
+   * the rule is outbox_config_health's: a warning once per failing stretch, or the stop. A config it stops has its line closed (the jobs not due end
    * `stopped` at once) and its due jobs woken to end the same way.
    */
   async function checkConfigHealth(ctx: AttemptContext, jobId: string, now: number): Promise<void> {
-    const woken = await configFailing(db, ctx.config_row_id, now, deps.failingAfterMs, jobId);
-    if (!woken) return;
+    const h = await configHealth(db, ctx.config_row_id, now, deps.health, jobId);
+    countEvents(h.events);
+    if (h.events.includes('failing'))
+      contextLogger(logger).warn(
+        { jobId, taskId: ctx.task_id, configId: ctx.config_id, warnAfterMs: deps.health.warnAfterMs },
+        'push config failing: no 2xx for CONFIG_WARN_AFTER',
+      );
+    if (!h.events.includes('stopped')) return;
     configsFailing.inc();
     contextLogger(logger).warn(
-      { jobId, taskId: ctx.task_id, configId: ctx.config_id, failingAfterMs: deps.failingAfterMs },
+      { jobId, taskId: ctx.task_id, configId: ctx.config_id, failingAfterMs: deps.health.failingAfterMs },
       'push config stopped: no 2xx for CONFIG_FAILING_AFTER',
     );
-    wakeLater(woken);
+    wakeLater(h.woken);
   }
 
   return {

@@ -8,12 +8,13 @@ import type { ApiDeps } from './context';
 import { configRoutes } from './configs';
 import { deliveryRoutes } from './deliveries';
 import { eventRoutes } from './events';
-import type { FeedNotifier } from './feed-notifier';
+import type { Feeds } from './feed-notifier';
+import { configEventRoutes } from './config-events';
 import { registrationRoutes } from './registrations';
 import { auditRoutes } from './audit';
 import { openApiDocument } from './openapi';
 
-export function createApiApp(deps: ApiDeps & { feed: FeedNotifier }, registry: Registry, ready: Probe) {
+export function createApiApp(deps: ApiDeps & { feeds: Feeds }, registry: Registry, ready: Probe) {
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
@@ -56,6 +57,7 @@ export function createApiApp(deps: ApiDeps & { feed: FeedNotifier }, registry: R
   app.use(eventRoutes(deps));
   app.use(deliveryRoutes(deps));
   app.use(registrationRoutes(deps));
+  app.use(configEventRoutes(deps));
   app.use(auditRoutes(deps));
 
   app.use((req, res) => sendProblem(res, new Problem('not_found', `no route ${req.method} ${req.path}`)));

@@ -1,4 +1,5 @@
 import crypto from 'node:crypto';
+import { configEvents } from '../metrics';
 import { Router } from 'express';
 import { audit } from '../db/audit';
 import { inTx, type Tx } from '../db/pool';
@@ -142,7 +143,10 @@ export function configRoutes(deps: ApiDeps): Router {
         const jobs = await inTx(deps.db, (tx) => deleteConfig(tx, tenantId, taskId, configId, apiKeyId));
         res.status(204).end();
         // Deliveries with a workflow end `cancelled` now rather than at their timers (the rest already did).
-        if (jobs) deps.relay.wake(jobs);
+        if (jobs) {
+          configEvents.inc({ kind: 'deleted' });
+          deps.relay.wake(jobs);
+        }
       }),
     )
     .all(allow('GET', 'DELETE'));

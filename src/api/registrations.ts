@@ -18,12 +18,12 @@ import { signalRegistration, signalRegistrationDeleted } from '../starts/client'
 import { handle, parseBody, parseQuery, rawBody } from '../http/body';
 import { checkTargetUrl } from './configs';
 import { callerOf, writeAnswer, type ApiDeps } from './context';
-import type { FeedNotifier } from './feed-notifier';
+import { longPoll, type Feeds } from './feed-notifier';
 import { Problem } from '../http/problem';
 import { allow } from './routing';
 import { createRegistrationBody, feedQuery, remoteTaskBody } from './schemas';
 
-export function registrationRoutes(deps: ApiDeps & { feed: FeedNotifier }): Router {
+export function registrationRoutes(deps: ApiDeps & { feeds: Feeds }): Router {
   const r = Router();
   const publicBase = () => {
     const b = deps.settings.PUBLIC_BASE_URL;
@@ -220,14 +220,9 @@ export function registrationRoutes(deps: ApiDeps & { feed: FeedNotifier }): Rout
       handle(async (req, res) => {
         const q = parseQuery(req, feedQuery);
         const { tenantId } = callerOf(res);
-        const until = Date.now() + q.wait * 1000;
-        const aborted = new AbortController();
-        res.once('close', () => aborted.abort());
-        let items = await readFeed(deps.db, tenantId, q.after, q.limit);
-        while (items.length === 0 && Date.now() < until && !aborted.signal.aborted && !deps.feed.stopping) {
-          await deps.feed.wait(tenantId, Math.min(deps.feed.recheckMs, until - Date.now()), aborted.signal);
-          items = await readFeed(deps.db, tenantId, q.after, q.limit);
-        }
+        const items = await longPoll(deps.feeds.resolutions, tenantId, q.wait, res, () =>
+          readFeed(deps.db, tenantId, q.after, q.limit),
+        );
         res.json({ items: items.map(feedItemView), nextCursor: items.at(-1)?.cursor ?? q.after });
       }),
     )

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { configView, deliveryView } from '../db/outbox';
+import type { configEventView } from '../db/config-events';
 import type { feedItemView, registrationView } from '../db/registrations';
 import { MASK } from '../sealing/keyring';
 import type { auditItemView } from './audit';
@@ -50,6 +51,29 @@ export const maskedAuthentication = z
   .strict()
   .describe("A push config's authentication as answered: the credential is always the fixed mask");
 
+export const configHealth = z
+  .object({
+    lastDeliveredAt: timestamp
+      .optional()
+      .describe("the config's last 2xx, in workflow time, at most a minute late; absent if none"),
+    failingSince: timestamp
+      .optional()
+      .describe(
+        'the end of the first delivery without a 2xx after the last 2xx; absent while the config is healthy',
+      ),
+    failedJobs: z
+      .number()
+      .int()
+      .min(0)
+      .describe(
+        'deliveries that ended without a 2xx (failed, exhausted, expired, superseded after an attempt) since the last 2xx',
+      ),
+  })
+  .strict()
+  .describe(
+    "A config's health: its last 2xx, and how long and how often it has failed since (CONFIG_WARN_AFTER warns in GET /v1/configEvents; CONFIG_FAILING_AFTER stops it)",
+  );
+
 export const pushConfigResponse = z
   .object({
     id: z.string(),
@@ -61,6 +85,7 @@ export const pushConfigResponse = z
     statusReason: z.string().optional(),
     createdAt: timestamp,
     statusChangedAt: timestamp,
+    health: configHealth,
   })
   .strict()
   .describe(
@@ -215,6 +240,30 @@ export const resolutionPage = z
   .strict()
   .describe('A page of the resolutions feed; `nextCursor` equals `after` on an empty page');
 
+export const configEventResponse = z
+  .object({
+    cursor,
+    taskId: z.string(),
+    configId: z.string(),
+    kind: z
+      .enum(['failing', 'recovered', 'auth_failed', 'stopped', 'deleted'])
+      .describe(
+        '`failing`: failing for CONFIG_WARN_AFTER (once per failing stretch); `recovered`: a 2xx after that warning; `auth_failed`: paused by a 401 or 403; `stopped`: by a 404 or 410, the address guard, or CONFIG_FAILING_AFTER without a 2xx; `deleted`',
+      ),
+    reason: z
+      .string()
+      .optional()
+      .describe('`http_401`, `http_403`, `http_404`, `http_410`, `guard_refused:<rule>`, `failing`'),
+    at: timestamp.describe("when the change happened (workflow time where a delivery's end made it)"),
+  })
+  .strict()
+  .describe("An item of the config events feed: a change of one of the tenant's push configs");
+
+export const configEventPage = z
+  .object({ items: z.array(configEventResponse), nextCursor: cursor })
+  .strict()
+  .describe('A page of the config events feed; `nextCursor` equals `after` on an empty page');
+
 export const auditItemResponse = z
   .object({
     cursor,
@@ -270,4 +319,6 @@ sameKeys<SameKeys<ReturnType<typeof deliveryView>['attempts'][number], z.output<
 sameKeys<SameKeys<ReturnType<typeof registrationView>, z.output<typeof registrationResponse>>>(true);
 sameKeys<SameKeys<ReturnType<typeof feedItemView>, z.output<typeof resolutionResponse>>>(true);
 sameKeys<SameKeys<ReturnType<typeof auditItemView>, z.output<typeof auditItemResponse>>>(true);
+sameKeys<SameKeys<ReturnType<typeof configView>['health'], z.output<typeof configHealth>>>(true);
+sameKeys<SameKeys<ReturnType<typeof configEventView>, z.output<typeof configEventResponse>>>(true);
 sameKeys<SameKeys<ReturnType<Problem['body']>, z.output<typeof problemResponse>>>(true);

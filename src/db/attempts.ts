@@ -148,11 +148,13 @@ export interface Ended {
   o_config_changed: boolean;
   o_wake: string[];
   o_due: DueJob[];
+  /** The config events this end wrote: `recovered`, or the config's new status. */
+  o_events: ConfigEventKind[];
 }
 
 const endStatement = preparedStatement<[EndAttempt, SlotRelease | null]>(
   'attempt.end',
-  `SELECT o_updated, o_cur_status, o_cur_attempts, o_granted, o_config_changed, o_wake, o_due
+  `SELECT o_updated, o_cur_status, o_cur_attempts, o_granted, o_config_changed, o_wake, o_due, o_events
      FROM outbox_attempt_end($1::jsonb, $2::jsonb)`,
 );
 
@@ -196,20 +198,24 @@ export async function currentStatus(
   return r.rows[0];
 }
 
+/** A change of a config's state that the config events feed reports (contract §11). */
+export type ConfigEventKind = 'failing' | 'recovered' | 'auth_failed' | 'stopped' | 'deleted';
+
 /**
- * Config health: a job of the config ended without a 2xx at `nowMs` (outbox_config_failing). Answers
- * the due jobs of its line to wake, but `except`, when the config stopped as `failing`; else undefined.
+ * Config health: a job of the config ended without a 2xx at `nowMs` (outbox_config_health, one write
+ * of the config row). Answers the config events it wrote (a `failing` warning, or `stopped`) and, when
+ * the config stopped, the due jobs of its line to wake, but `except`.
  */
-export async function configFailing(
+export async function configHealth(
   db: Db,
   configRowId: string,
   nowMs: number,
-  failingAfterMs: number,
+  rule: { failingAfterMs: number; warnAfterMs: number },
   except: string | null,
-): Promise<string[] | undefined> {
-  const r = await db.query<{ woken: string[] | null }>(
-    'SELECT outbox_config_failing($1, $2, $3, $4) AS woken',
-    [configRowId, nowMs, failingAfterMs, except],
+): Promise<{ events: ConfigEventKind[]; woken: string[] }> {
+  const r = await db.query<{ o_events: ConfigEventKind[]; o_woken: string[] }>(
+    'SELECT o_events, o_woken FROM outbox_config_health($1, $2, $3, $4, $5)',
+    [configRowId, nowMs, rule.failingAfterMs, rule.warnAfterMs, except],
   );
-  return r.rows[0]!.woken ?? undefined;
+  return { events: r.rows[0]!.o_events, woken: r.rows[0]!.o_woken };
 }

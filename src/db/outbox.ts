@@ -1,5 +1,6 @@
 import type { Db, Tx } from './pool';
 import { audit } from './audit';
+import { appendConfigEvent } from './config-events';
 import { MASK } from '../sealing/keyring';
 import { makeDeliveryWorkflowId } from '../ids';
 import { currentRequestId } from '../request-context';
@@ -19,6 +20,10 @@ export interface ConfigRow {
   created_at: Date;
   status_changed_at: Date;
   deleted_at: Date | null;
+  /** Config health (contract §11, migration 021), in workflow time. */
+  last_delivered_at: Date | null;
+  failing_since: Date | null;
+  failed_jobs: number;
 }
 
 /** The API's view of a config (TaskPushNotificationConfig plus our status fields). */
@@ -33,6 +38,11 @@ export function configView(r: ConfigRow) {
     ...(r.status_reason !== null ? { statusReason: r.status_reason } : {}),
     createdAt: r.created_at.toISOString(),
     statusChangedAt: r.status_changed_at.toISOString(),
+    health: {
+      ...(r.last_delivered_at !== null ? { lastDeliveredAt: r.last_delivered_at.toISOString() } : {}),
+      ...(r.failing_since !== null ? { failingSince: r.failing_since.toISOString() } : {}),
+      failedJobs: r.failed_jobs,
+    },
   };
 }
 
@@ -60,7 +70,8 @@ export async function listConfigs(
 }
 
 /**
- * Soft-deletes a config and shreds its credential. Its line ends as a whole (outbox_line_close): the
+ * Soft-deletes a config and shreds its credential, with its audit row and its `deleted` config event. Its
+ * line ends as a whole (outbox_line_close): the
  * jobs not due end `cancelled` here, without a workflow; answers the due unfinished ones, whose
  * workflows are woken to end the same way.
  */
@@ -89,6 +100,7 @@ export async function deleteConfig(
     before: row.status,
     after: 'deleted',
   });
+  await appendConfigEvent(tx, row.row_id, 'deleted', null);
   return closeLine(tx, row.row_id, 'cancelled', 'config_deleted');
 }
 

@@ -10,6 +10,15 @@ import type { JobStatus } from './types';
 export const endedUndelivered = (status: JobStatus, attempts: number): boolean =>
   ['failed', 'exhausted', 'expired'].includes(status) || (status === 'superseded' && attempts > 0);
 
+/**
+ * The rule's two durations (workflow time): CONFIG_FAILING_AFTER, after which a config without a 2xx
+ * stops as `failing`; CONFIG_WARN_AFTER, after which a failing stretch gets its `failing` warning.
+ */
+export interface HealthRule {
+  failingAfterMs: number;
+  warnAfterMs: number;
+}
+
 /** 'healthy' (a 2xx) clears a target's slow-lane mark; 'suspect' sets it; 'neutral' leaves it. */
 export type CallHealth = 'healthy' | 'suspect' | 'neutral';
 

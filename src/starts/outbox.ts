@@ -1,4 +1,5 @@
 import { inTx, preparedStatement, type Db } from '../db/pool';
+import type { HealthRule } from '../delivery/health';
 import type { DueJob } from '../delivery/types';
 
 /** The relay's statements on the outbox (migration 020): claims, marks, turns, repairs, its gauges. */
@@ -180,17 +181,17 @@ export async function repairLines(db: Db, onWireMs: number, leaseMs: number): Pr
 /**
  * Jobs that wait for their line past their deadline end `expired` (outbox_expire_waiting, on the
  * database's clock), config health evaluated for their configs. Answers the due jobs to wake of configs
- * that stopped, and how many stopped.
+ * that stopped, and the config events written.
  */
 export async function expireWaiting(
   db: Db,
-  failingAfterMs: number,
-): Promise<{ woken: string[]; stopped: number }> {
-  const r = await db.query<{ o_woken: string[]; o_stopped: number }>(
-    'SELECT o_woken, o_stopped FROM outbox_expire_waiting($1)',
-    [failingAfterMs],
+  rule: HealthRule,
+): Promise<{ woken: string[]; events: string[] }> {
+  const r = await db.query<{ o_woken: string[]; o_events: string[] }>(
+    'SELECT o_woken, o_events FROM outbox_expire_waiting($1, $2)',
+    [rule.failingAfterMs, rule.warnAfterMs],
   );
-  return { woken: r.rows[0]!.o_woken, stopped: r.rows[0]!.o_stopped };
+  return { woken: r.rows[0]!.o_woken, events: r.rows[0]!.o_events };
 }
 
 /** Due jobs whose workflow has not started (the relays' lag): a2a_push_outbox_queued. */

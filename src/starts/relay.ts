@@ -3,8 +3,9 @@ import { DEFAULT_SLOT_SETTINGS, hostAndTarget } from '../db/slots';
 import type { Runtime } from '../runtime';
 import type { Db } from '../db/pool';
 import type { PgListener } from '../db/listen';
+import type { HealthRule } from '../delivery/health';
 import type { DueHandoff, DueJob } from '../delivery/types';
-import { configsFailing, workflowStarts } from '../metrics';
+import { configEvents, configsFailing, workflowStarts } from '../metrics';
 import { withRequestContext } from '../request-context';
 import { inSpan } from '../tracing';
 import { admit, type Admission, type Candidate } from './admission';
@@ -61,8 +62,8 @@ export interface RelayOptions {
   known: KnownTargets;
   /** The process's LISTEN connection: a NOTIFY on DUE_CHANNEL kicks a claim run. */
   listener?: PgListener;
-  /** CONFIG_FAILING_AFTER: config health for the jobs the sweep expires. */
-  failingAfterMs: number;
+  /** CONFIG_FAILING_AFTER and CONFIG_WARN_AFTER: config health for the jobs the sweep expires. */
+  health: HealthRule;
 }
 
 /** A process's relay, from its runtime's settings, starting on `starter`. */
@@ -74,7 +75,7 @@ export function relayOf(rt: Runtime, starter: Starter): Relay {
     sweepIntervalMs: rt.settings.SWEEP_INTERVAL,
     known: new KnownTargets(rt.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
     listener: rt.listener,
-    failingAfterMs: rt.settings.CONFIG_FAILING_AFTER,
+    health: { failingAfterMs: rt.settings.CONFIG_FAILING_AFTER, warnAfterMs: rt.settings.CONFIG_WARN_AFTER },
   });
 }
 
@@ -306,8 +307,11 @@ export class Relay implements DueHandoff {
   private async sweep(): Promise<void> {
     try {
       this.take(await repairLines(this.o.db, ON_WIRE_LIMIT_MS, CLAIM_LEASE_MS));
-      const expired = await expireWaiting(this.o.db, this.o.failingAfterMs);
-      configsFailing.inc(expired.stopped);
+      const expired = await expireWaiting(this.o.db, this.o.health);
+      for (const kind of expired.events) {
+        configEvents.inc({ kind });
+        if (kind === 'stopped') configsFailing.inc();
+      }
       this.wake(expired.woken);
       await startLostRegistrations(this.o.db, this.o.starter.client, this.o.starter.taskQueue, this.o.logger);
     } catch (err) {

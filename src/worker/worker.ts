@@ -111,7 +111,7 @@ export function activitiesFor(
     slots,
     wake,
     due,
-    failingAfterMs: s.CONFIG_FAILING_AFTER,
+    health: { failingAfterMs: s.CONFIG_FAILING_AFTER, warnAfterMs: s.CONFIG_WARN_AFTER },
     ...(localAttempts ? { localAttempts } : {}),
     ...(eagerStarts ? { eagerStarts } : {}),
   });

@@ -196,6 +196,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/configEvents": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tenant's config events feed: failing warnings, recoveries, pauses, stops and deletes of its push configs (long-poll with wait) */
+        get: operations["readConfigEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/audit": {
         parameters: {
             query?: never;
@@ -323,6 +340,7 @@ export interface components {
             createdAt: string;
             /** Format: date-time */
             statusChangedAt: string;
+            health: components["schemas"]["ConfigHealth"];
         };
         /** @description A push config's authentication as answered: the credential is always the fixed mask */
         MaskedAuthentication: {
@@ -482,6 +500,44 @@ export interface components {
             items: components["schemas"]["Resolution"][];
             nextCursor: string;
         };
+        /** @description A config's health: its last 2xx, and how long and how often it has failed since (CONFIG_WARN_AFTER warns in GET /v1/configEvents; CONFIG_FAILING_AFTER stops it) */
+        ConfigHealth: {
+            /**
+             * Format: date-time
+             * @description the config's last 2xx, in workflow time, at most a minute late; absent if none
+             */
+            lastDeliveredAt?: string;
+            /**
+             * Format: date-time
+             * @description the end of the first delivery without a 2xx after the last 2xx; absent while the config is healthy
+             */
+            failingSince?: string;
+            /** @description deliveries that ended without a 2xx (failed, exhausted, expired, superseded after an attempt) since the last 2xx */
+            failedJobs: number;
+        };
+        /** @description An item of the config events feed: a change of one of the tenant's push configs */
+        ConfigEvent: {
+            cursor: string;
+            taskId: string;
+            configId: string;
+            /**
+             * @description `failing`: failing for CONFIG_WARN_AFTER (once per failing stretch); `recovered`: a 2xx after that warning; `auth_failed`: paused by a 401 or 403; `stopped`: by a 404 or 410, the address guard, or CONFIG_FAILING_AFTER without a 2xx; `deleted`
+             * @enum {string}
+             */
+            kind: "failing" | "recovered" | "auth_failed" | "stopped" | "deleted";
+            /** @description `http_401`, `http_403`, `http_404`, `http_410`, `guard_refused:<rule>`, `failing` */
+            reason?: string;
+            /**
+             * Format: date-time
+             * @description when the change happened (workflow time where a delivery's end made it)
+             */
+            at: string;
+        };
+        /** @description A page of the config events feed; `nextCursor` equals `after` on an empty page */
+        ConfigEventPage: {
+            items: components["schemas"]["ConfigEvent"][];
+            nextCursor: string;
+        };
         /** @description An audit row: who (an API key id or `system`) did what to which object, and when */
         AuditItem: {
             cursor: string;
@@ -552,6 +608,9 @@ export type CallbackPushConfig = components['schemas']['CallbackPushConfig'];
 export type CallbackAuthentication = components['schemas']['CallbackAuthentication'];
 export type Resolution = components['schemas']['Resolution'];
 export type ResolutionPage = components['schemas']['ResolutionPage'];
+export type ConfigHealth = components['schemas']['ConfigHealth'];
+export type ConfigEvent = components['schemas']['ConfigEvent'];
+export type ConfigEventPage = components['schemas']['ConfigEventPage'];
 export type AuditItem = components['schemas']['AuditItem'];
 export type AuditPage = components['schemas']['AuditPage'];
 export type Problem = components['schemas']['Problem'];
@@ -1582,6 +1641,65 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ResolutionPage"];
+                };
+            };
+            /** @description bad after, limit or wait */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description missing or invalid API key */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    /** @description the Bearer challenge */
+                    "WWW-Authenticate": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description the database is unavailable */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    /** @description seconds to wait */
+                    "Retry-After": string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    readConfigEvents: {
+        parameters: {
+            query?: {
+                after?: string;
+                limit?: number;
+                wait?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description {items, nextCursor} */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConfigEventPage"];
                 };
             };
             /** @description bad after, limit or wait */

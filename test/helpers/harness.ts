@@ -13,6 +13,8 @@ import {
 import { createApiApp } from '../../src/api/app';
 import type { ApiDeps } from '../../src/api/context';
 import { FeedNotifier } from '../../src/api/feed-notifier';
+import { CONFIG_EVENTS_CHANNEL } from '../../src/db/config-events';
+import { FEED_CHANNEL } from '../../src/db/registrations';
 import { PgListener } from '../../src/db/listen';
 import { DELIVERY_WORKFLOW_TYPES, eagerStartClient, type Starter } from '../../src/starts/client';
 import { EagerStarts } from '../../src/starts/eager';
@@ -129,7 +131,10 @@ export function sideRelay(
     logger: silent,
     sweepIntervalMs: 3_600_000,
     known: new KnownTargets(stack.tdb.db, { knownMs: DEFAULT_SLOT_SETTINGS.knownMs }),
-    failingAfterMs: stack.rt.settings.CONFIG_FAILING_AFTER,
+    health: {
+      failingAfterMs: stack.rt.settings.CONFIG_FAILING_AFTER,
+      warnAfterMs: stack.rt.settings.CONFIG_WARN_AFTER,
+    },
     ...rest,
   });
 }
@@ -195,8 +200,12 @@ export async function startStack(
   });
   const running = worker.run();
 
-  const feed = new FeedNotifier(listener, o.feedRecheckMs);
-  await feed.start();
+  const feeds = {
+    resolutions: new FeedNotifier(listener, FEED_CHANNEL, o.feedRecheckMs),
+    configEvents: new FeedNotifier(listener, CONFIG_EVENTS_CHANNEL, o.feedRecheckMs),
+  };
+  await feeds.resolutions.start();
+  await feeds.configEvents.start();
   const deps: ApiDeps = {
     ...rt,
     settings: apiSettings,
@@ -207,7 +216,7 @@ export async function startStack(
   // The production checks of /readyz, on this stack's database and Temporal connection.
   const ready = serviceReadiness(tdb.db, temporal.client.connection);
   // The api's registry as a deployment's (src/services.ts: startApi), its gauges included.
-  const app = createApiApp({ ...deps, feed }, createRegistry('api', apiGauges(tdb.db)), ready);
+  const app = createApiApp({ ...deps, feeds }, createRegistry('api', apiGauges(tdb.db)), ready);
   const inbox = createInboxApp({ ...rt, temporal: temporal.client }, createRegistry('inbox'), ready);
   inboxServer.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
     const tap = o.inboxTap;
@@ -251,7 +260,8 @@ export async function startStack(
       return fetch(`${apiUrl}${path}`, { ...init, headers, body: body ?? null });
     },
     async close() {
-      feed.stop();
+      feeds.resolutions.stop();
+      feeds.configEvents.stop();
       for (const srv of [server, inboxServer])
         await new Promise<void>((r) => {
           srv.close(() => r());

@@ -263,6 +263,8 @@ describe('push configs', () => {
       status: 'active',
       createdAt: expect.any(String),
       statusChangedAt: expect.any(String),
+      // A new config: no 2xx yet, not failing.
+      health: { failedJobs: 0 },
     });
     expect(c).not.toHaveProperty('statusReason');
   });

@@ -42,7 +42,7 @@ const acts = () =>
     slots: new HostSlots(tdb.db, { ...DEFAULT_SLOT_SETTINGS, capacity: 8 }),
     wake: async () => undefined,
     due: { leaseMs: () => undefined, take: () => undefined },
-    failingAfterMs: 5 * DAY,
+    health: { failingAfterMs: 5 * DAY, warnAfterMs: DAY },
   });
 
 async function job(taskId: string): Promise<string> {
@@ -126,10 +126,8 @@ it('the minute the stop allows for is the step by which outbox_attempt_end moves
         [name],
       )
     ).rows[0]!.d;
-  expect(await def('outbox_attempt_end')).toContain(
-    "health_since < to_timestamp(v_now_ms / 1000.0) - interval '1 minute'",
-  );
-  expect(await def('outbox_config_failing')).toContain(
-    "health_since <= to_timestamp((p_now_ms - p_failing_after_ms) / 1000.0) - interval '1 minute'",
+  expect(await def('outbox_config_delivered')).toContain("health_since < v_now - interval '1 minute'");
+  expect(await def('outbox_config_health')).toContain(
+    "to_timestamp((p_now_ms - p_failing_after_ms) / 1000.0) - interval '1 minute'",
   );
 });

@@ -33,7 +33,7 @@ const activities = (timeoutMs: number) =>
     slots: new HostSlots(tdb.db, { ...DEFAULT_SLOT_SETTINGS, capacity: 8 }),
     wake: async () => undefined,
     due: { leaseMs: () => undefined, take: () => undefined },
-    failingAfterMs: 5 * 86_400_000,
+    health: { failingAfterMs: 5 * 86_400_000, warnAfterMs: 86_400_000 },
   });
 
 beforeAll(async () => {

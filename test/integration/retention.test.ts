@@ -108,6 +108,15 @@ async function feedItem(registrationId: string, observedAgo: number, terminal = 
   return r.rows[0]!.cursor;
 }
 
+async function configEvent(createdAgo: number) {
+  const r = await db.query<{ cursor: string }>(
+    `INSERT INTO config_events (tenant_id, task_id, config_id, kind, reason, at, created_at)
+     VALUES ($1, 'task-1', 'c', 'stopped', 'http_410', $2, $2) RETURNING cursor`,
+    [T, ago(createdAgo)],
+  );
+  return r.rows[0]!.cursor;
+}
+
 async function idempotencyKey(createdAgo: number) {
   const key = `idem-${crypto.randomBytes(4).toString('hex')}`;
   await db.query(
@@ -132,6 +141,7 @@ async function clear() {
     'push_configs',
     'inbox_callbacks',
     'feed_items',
+    'config_events',
     'registrations',
     'idempotency_keys',
   ])
@@ -191,6 +201,8 @@ describe('runRetention', () => {
     const fOld = await feedItem(reg, 31 * DAY);
     const fOldTerminal = await feedItem(reg, 40 * DAY, true);
     const fNew = await feedItem(reg, 29 * DAY);
+    const ceOld = await configEvent(31 * DAY);
+    const ceNew = await configEvent(29 * DAY);
     const kOld = await idempotencyKey(25 * 3_600_000);
     const kNew = await idempotencyKey(23 * 3_600_000);
     await db.query(
@@ -209,6 +221,7 @@ describe('runRetention', () => {
       push_configs: 1, // goneConfig
       inbox_callbacks: 1,
       feed_items: 2,
+      config_events: 1,
       idempotency_keys: 1,
     });
     for (const id of [jOld, jMixedOld, ...oldFinished])
@@ -231,6 +244,8 @@ describe('runRetention', () => {
     expect(await exists('feed_items', 'cursor', fOld)).toBe(false);
     expect(await exists('feed_items', 'cursor', fOldTerminal)).toBe(false);
     expect(await exists('feed_items', 'cursor', fNew)).toBe(true);
+    expect(await exists('config_events', 'cursor', ceOld)).toBe(false);
+    expect(await exists('config_events', 'cursor', ceNew)).toBe(true);
     expect(await exists('idempotency_keys', 'key', kOld)).toBe(false);
     expect(await exists('idempotency_keys', 'key', kNew)).toBe(true);
     expect(await exists('registrations', 'id', reg)).toBe(true);

@@ -332,6 +332,9 @@ describe('OpenAPI document', () => {
       created_at: t,
       status_changed_at: t,
       deleted_at: null,
+      last_delivered_at: t,
+      failing_since: null,
+      failed_jobs: 0,
     } as unknown as ConfigRow;
     expect(pushConfigResponse.parse(configView(cfg))).toBeDefined();
     expect(configPage.parse({ configs: [configView(cfg)], nextPageToken: '7' })).toBeDefined();

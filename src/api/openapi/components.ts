@@ -20,6 +20,9 @@ import {
   registrationResponse,
   resolutionPage,
   resolutionResponse,
+  configHealth,
+  configEventResponse,
+  configEventPage,
 } from '../responses';
 import {
   agentBody,
@@ -77,6 +80,9 @@ export const RESPONSE_SCHEMAS = named({
   CallbackAuthentication: callbackAuthentication,
   Resolution: resolutionResponse,
   ResolutionPage: resolutionPage,
+  ConfigHealth: configHealth,
+  ConfigEvent: configEventResponse,
+  ConfigEventPage: configEventPage,
   AuditItem: auditItemResponse,
   AuditPage: auditPage,
   Problem: problemResponse,

@@ -9,6 +9,7 @@ import {
   registrationCreated,
   registrationResponse,
   resolutionPage,
+  configEventPage,
 } from '../responses';
 import {
   auditQuery,
@@ -46,6 +47,7 @@ export const TAGS = {
   Deliveries: 'Deliveries and their attempts',
   Registrations: 'Remote tasks the service waits on',
   Resolutions: "The resolutions feed of the tenant's registrations",
+  ConfigEvents: "The config events feed: what happened to the tenant's push configs",
   Audit: "The tenant's audit rows",
 } as const;
 
@@ -338,6 +340,17 @@ export const OPERATIONS: Operation[] = [
     summary: "The tenant's resolutions feed (long-poll with wait)",
     query: feedQuery,
     success: { status: 200, description: '{items, nextCursor}', schema: resolutionPage },
+    errors: { 400: 'bad after, limit or wait' },
+  },
+  {
+    operationId: 'readConfigEvents',
+    tag: 'ConfigEvents',
+    method: 'get',
+    path: '/v1/configEvents',
+    summary:
+      "The tenant's config events feed: failing warnings, recoveries, pauses, stops and deletes of its push configs (long-poll with wait)",
+    query: feedQuery,
+    success: { status: 200, description: '{items, nextCursor}', schema: configEventPage },
     errors: { 400: 'bad after, limit or wait' },
   },
   {

@@ -1,4 +1,4 @@
-import { Context as ActivityContext } from '@temporalio/activity';
+import { ApplicationFailure, Context as ActivityContext } from '@temporalio/activity';
 import { contextLogger } from '../request-context';
 import { beginAttempt, loadAttemptContext, type AttemptContext } from '../db/attempts';
 import { targetOf } from '../db/slots';
@@ -28,6 +28,7 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     statusNow,
     recordOutcome,
     leaveTarget,
+    stillOnWire,
     checkConfigHealth,
   } = createOutcomes(deps);
 
@@ -40,29 +41,36 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
     // run whose attempt hangs stops counting as in progress (src/worker/workflow-slots.ts).
     const clock = isLocalActivity() ? deps.localAttempts : undefined;
     const id = clock?.begin();
-    let answer: Answer;
+    let handedOver = false;
+    // Once the job's end is recorded: started eagerly, it held its tenant's place until now (the next
+    // job of its line takes it), and the jobs its end made due go to the relay at once.
+    const handOver = (due: Answer['due']) => {
+      if (handedOver) return;
+      handedOver = true;
+      deps.eagerStarts?.done(input.jobId);
+      if (due && due.length > 0) deps.due.take(due);
+    };
     try {
-      answer = await attempt(input);
+      const ctx = await loadAttemptContext(db, input.jobId, input.attempt);
+      if (!ctx)
+        return {
+          status: 'cancelled',
+          attempts: 0,
+          reason: 'config_deleted',
+          maxAttempts: deps.retry.maxAttempts,
+        };
+      const { due, ...out } = await attemptOnce(input, ctx);
+      handOver(due);
+      if (out.waitMs === undefined && isFinished(out.status) && out.status !== 'delivered') {
+        // Finished without a request in this call, or with one: nothing of it may keep a slot or a place.
+        if (out.outcome === undefined) await leaveTarget(input, ctx.url);
+        if (endedUndelivered(out.status, out.attempts)) await checkConfigHealth(ctx, input.jobId, input.now);
+      }
+      return { ...out, maxAttempts: deps.retry.maxAttempts };
     } finally {
       if (id !== undefined) clock!.end(id);
-      // Started eagerly, the job held its tenant's place until now: the next job of its line takes it.
-      deps.eagerStarts?.done(input.jobId);
+      handOver(undefined);
     }
-    const { due, ...out } = answer;
-    if (due && due.length > 0) deps.due.take(due);
-    return { ...out, maxAttempts: deps.retry.maxAttempts };
-  }
-
-  async function attempt(input: AttemptInput): Promise<Answer> {
-    const ctx = await loadAttemptContext(db, input.jobId, input.attempt);
-    if (!ctx) return { status: 'cancelled', attempts: 0, reason: 'config_deleted' };
-    const out = await attemptOnce(input, ctx);
-    if (out.waitMs === undefined && isFinished(out.status) && out.status !== 'delivered') {
-      // Finished without a request in this call, or with one: nothing of it may keep a slot or a place.
-      if (out.outcome === undefined) await leaveTarget(input, ctx.url);
-      if (endedUndelivered(out.status, out.attempts)) await checkConfigHealth(ctx, input.jobId, input.now);
-    }
-    return out;
   }
 
   async function attemptOnce(input: AttemptInput, ctx: AttemptContext): Promise<Answer> {
@@ -73,6 +81,15 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
       ...(ctx.reason ? { reason: ctx.reason } : {}),
       ...extra,
     });
+    // A rerun found attempt n started without an outcome while its first run, on a worker that was
+    // only silent, still has the request on the wire (the lean type's rerun after a workflow task
+    // timeout, or a heartbeat timeout while the worker was stalled): that run records what happens.
+    // This one asks again later (Temporal's retry), and then answers from the stored row.
+    if (ctx.attempt_started && !ctx.attempt_outcome && (await stillOnWire(input, ctx.url)))
+      throw ApplicationFailure.retryable(
+        `attempt ${n} of job ${input.jobId} is still on the wire`,
+        'AttemptOnWire',
+      );
     if (isFinished(ctx.status)) {
       // Ended (superseded, cancelled) while this attempt was on the wire, and its worker died: the
       // attempt is over; recorded so, its job has ended and no longer holds its line.
@@ -95,11 +112,9 @@ export const createDeliveryActivities = (deps: DeliveryDeps) => {
           waitMs: ctx.next_attempt_at ? Math.max(0, ctx.next_attempt_at.getTime() - input.now) : 0,
         });
       // A worker died during this attempt's request: it counts, and the next one follows after the
-      // usual wait. Its slot (held by the dead worker's lease) goes back now; not if its lease is
-      // fresh: then that worker is alive and its request still on the wire (the lean type's rerun
-      // after a workflow task timeout, or a heartbeat timeout while the worker was stalled).
+      // usual wait. Its slot (held by the dead worker's lease) goes back now.
       deliveriesTotal.inc({ outcome: 'interrupted' });
-      await leaveTarget(input, ctx.url, 'neutral', true);
+      await leaveTarget(input, ctx.url);
       return recordOutcome(
         input,
         ctx,

@@ -26,6 +26,15 @@ export type Recorded = Omit<Classification, 'outcome' | 'reason'> & {
   error?: string;
 };
 
+/** The target of a URL, or none (a URL the guard refuses has none). */
+const targetOrNone = (url: string): string | undefined => {
+  try {
+    return targetOf(url);
+  } catch {
+    return undefined;
+  }
+};
+
 /**
  * How an attempt's outcome, or a job's end without one, is written, with what goes with it in the same
  * transaction (the slot back, the config paused or stopped and its line closed, the line's next job
@@ -167,24 +176,19 @@ export function createOutcomes(deps: DeliveryDeps) {
     input: AttemptInput,
     url: string,
     health: CallHealth = 'neutral',
-    /**
-     * A rerun of attempt n that found it started without an outcome: the first run's slot goes back
-     * unless that run is still on the wire (its worker was silent, not dead: its lease is fresh).
-     */
-    unlessLive = false,
   ): Promise<void> {
-    let target: string;
-    try {
-      target = targetOf(url);
-    } catch {
-      return;
-    }
-    const holder = holderOf(input.jobId, input.attempt);
-    wakeLater(
-      await (unlessLive
-        ? deps.slots.releaseUnlessLive(target, holder, health)
-        : deps.slots.release(target, holder, health)),
-    );
+    const target = targetOrNone(url);
+    if (target === undefined) return;
+    wakeLater(await deps.slots.release(target, holderOf(input.jobId, input.attempt), health));
+  }
+
+  /**
+   * Whether attempt n's request is still on the wire: a rerun found it started without an outcome, and
+   * the first run's worker was only silent, not dead (its slot's lease is fresh).
+   */
+  async function stillOnWire(input: AttemptInput, url: string): Promise<boolean> {
+    const target = targetOrNone(url);
+    return target !== undefined && deps.slots.onWire(target, holderOf(input.jobId, input.attempt));
   }
 
   /**
@@ -193,7 +197,7 @@ export function createOutcomes(deps: DeliveryDeps) {
    * `stopped` at once) and its due jobs woken to end the same way.
    */
   async function checkConfigHealth(ctx: AttemptContext, jobId: string, now: number): Promise<void> {
-    const h = await configHealth(db, ctx.config_row_id, now, deps.health, jobId);
+    const h = await configHealth(db, ctx.config_row_id, jobId, now, deps.health);
     countEvents(h.events);
     if (h.events.includes('failing'))
       contextLogger(logger).warn(
@@ -216,6 +220,7 @@ export function createOutcomes(deps: DeliveryDeps) {
     statusNow,
     recordOutcome,
     leaveTarget,
+    stillOnWire,
     checkConfigHealth,
   };
 }

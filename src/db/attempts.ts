@@ -202,20 +202,21 @@ export async function currentStatus(
 export type ConfigEventKind = 'failing' | 'recovered' | 'auth_failed' | 'stopped' | 'deleted';
 
 /**
- * Config health: a job of the config ended without a 2xx at `nowMs` (outbox_config_health, one write
- * of the config row). Answers the config events it wrote (a `failing` warning, or `stopped`) and, when
- * the config stopped, the due jobs of its line to wake, but `except`.
+ * Config health: job `jobId` of the config ended without a 2xx at `nowMs` (outbox_config_health, one
+ * write of the config row; a job is counted once, however often this is asked). Answers the config
+ * events it wrote (a `failing` warning, or `stopped`) and, when the config stopped, the due jobs of its
+ * line to wake, but `jobId`.
  */
 export async function configHealth(
   db: Db,
   configRowId: string,
+  jobId: string,
   nowMs: number,
   rule: { failingAfterMs: number; warnAfterMs: number },
-  except: string | null,
 ): Promise<{ events: ConfigEventKind[]; woken: string[] }> {
   const r = await db.query<{ o_events: ConfigEventKind[]; o_woken: string[] }>(
-    'SELECT o_events, o_woken FROM outbox_config_health($1, $2, $3, $4, $5)',
-    [configRowId, nowMs, rule.failingAfterMs, rule.warnAfterMs, except],
+    'SELECT o_events, o_woken FROM outbox_config_health($1, $2, 1, $3, $4, $5, $2)',
+    [configRowId, jobId, nowMs, rule.failingAfterMs, rule.warnAfterMs],
   );
   return { events: r.rows[0]!.o_events, woken: r.rows[0]!.o_woken };
 }

@@ -4,8 +4,9 @@ import type { Logger } from 'pino';
 /**
  * One LISTEN connection per process, shared by whatever in it waits for a NOTIFY: the resolutions
  * feed's long-polls (`a2a_push_feed`) and the relay's claim runs (`a2a_push_due`). It connects when
- * the first handler is added and comes back 1 s after the connection is lost; every reader also has a
- * timer of its own, so a lost connection only slows it.
+ * the first handler is added and comes back 1 s after the connection is lost, calling every handler
+ * once with an empty payload then (what was sent meanwhile is lost); every reader also has a timer of
+ * its own, so a lost connection only slows it.
  */
 export class PgListener {
   private readonly handlers = new Map<string, Set<(payload: string) => void>>();
@@ -13,13 +14,18 @@ export class PgListener {
   private connecting: Promise<void> | undefined;
   private stopped = false;
   private retry: NodeJS.Timeout | undefined;
+  /** The connection was lost since it last listened. */
+  private lost = false;
 
   constructor(
     private readonly url: string,
     private readonly logger: Logger,
   ) {}
 
-  /** Calls `fn` with each notification's payload on `channel` (a fixed name: it is not quoted). */
+  /**
+   * Calls `fn` with each notification's payload on `channel` (a fixed name: it is not quoted), and with
+   * '' after a lost connection is back.
+   */
   async on(channel: string, fn: (payload: string) => void): Promise<void> {
     const known = this.handlers.get(channel);
     if (known) {
@@ -43,7 +49,12 @@ export class PgListener {
       try {
         await c.connect();
         for (const channel of this.handlers.keys()) await c.query(`LISTEN ${channel}`);
+        const again = this.lost;
         this.client = c;
+        this.lost = false;
+        // Notifications sent while the connection was away are lost: every handler is called once
+        // with an empty payload ("look again").
+        if (again) for (const fns of this.handlers.values()) for (const fn of fns) fn('');
       } catch (err) {
         this.logger.warn({ err: (err as Error).message }, 'LISTEN connection failed; retrying');
         await c.end().catch(() => undefined);
@@ -57,6 +68,7 @@ export class PgListener {
 
   private reconnect() {
     this.client = undefined;
+    this.lost = true;
     if (this.stopped || this.retry) return;
     this.retry = setTimeout(() => {
       this.retry = undefined;

@@ -187,22 +187,18 @@ export class HostSlots {
   }
 
   /**
-   * Gives back `holder`'s slot unless its lease was renewed within the last half lease: a live call
-   * renews it every third of the lease (`holding`), so a fresh lease means the call is still on the
-   * wire, run by a worker that was only silent (a rerun of its attempt found it started). That slot
-   * stays its holder's; it goes back when that call ends, or runs out with its lease. Answers the
-   * holders granted the freed room (none when kept).
+   * Whether `holder`'s call is still on the wire: its lease was renewed within the last half lease (a
+   * live call renews it every third of the lease, `holding`). Such a call is run by a worker that was
+   * only silent (a rerun of its attempt found it started); its slot stays its own until the call ends.
    */
-  async releaseUnlessLive(target: string, holder: string, health: CallHealth): Promise<string[]> {
-    const r = await this.db.query<{ holder: string }>(
-      `SELECT outbound_release($1::jsonb) AS holder
-        WHERE NOT EXISTS (
-          SELECT 1 FROM outbound_slots
-           WHERE target = $2 AND holder = $3
-             AND expires_at > now() + make_interval(secs => $4::double precision / 1000))`,
-      [this.releaseOf(target, holder, health), target, holder, this.settings.leaseMs / 2],
+  async onWire(target: string, holder: string): Promise<boolean> {
+    const r = await this.db.query(
+      `SELECT 1 FROM outbound_slots
+        WHERE target = $1 AND holder = $2
+          AND expires_at > now() + make_interval(secs => $3::double precision / 1000)`,
+      [target, holder, this.settings.leaseMs / 2],
     );
-    return r.rows.map((x) => x.holder);
+    return r.rowCount! > 0;
   }
 
   /** Keeps a long call's lease alive: every third of the lease, while `fn` runs. */

@@ -3,7 +3,7 @@ import type { JobStatus } from './types';
 
 /**
  * Health, pure: of a config (contract §10: which job ends count against it; the rule itself is
- * outbox_config_failing's, migration 020) and of a target (what one call tells of it, for the slow lane).
+ * outbox_config_health's, migrations 021 and 022) and of a target (what one call tells of it, for the slow lane).
  */
 
 /** Ended without a 2xx after at least one attempt: the jobs config health looks at. */

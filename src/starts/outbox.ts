@@ -179,19 +179,21 @@ export async function repairLines(db: Db, onWireMs: number, leaseMs: number): Pr
 }
 
 /**
- * Jobs that wait for their line past their deadline end `expired` (outbox_expire_waiting, on the
- * database's clock), config health evaluated for their configs. Answers the due jobs to wake of configs
- * that stopped, and the config events written.
+ * Jobs past their deadline that nothing will run end `expired` (outbox_expire_waiting, on the
+ * database's clock): those that wait for their line, and due ones still queued an hour past it. Config
+ * health counts each; their lines advance. Answers the due jobs to wake of configs that stopped, the
+ * config events written, and the jobs made due, leased for `leaseMs` to the caller.
  */
 export async function expireWaiting(
   db: Db,
   rule: HealthRule,
-): Promise<{ woken: string[]; events: string[] }> {
-  const r = await db.query<{ o_woken: string[]; o_events: string[] }>(
-    'SELECT o_woken, o_events FROM outbox_expire_waiting($1, $2)',
-    [rule.failingAfterMs, rule.warnAfterMs],
+  leaseMs: number,
+): Promise<{ woken: string[]; events: string[]; due: DueJob[] }> {
+  const r = await db.query<{ o_woken: string[]; o_events: string[]; o_due: DueJob[] }>(
+    'SELECT o_woken, o_events, o_due FROM outbox_expire_waiting($1, $2, $3)',
+    [rule.failingAfterMs, rule.warnAfterMs, leaseMs],
   );
-  return { woken: r.rows[0]!.o_woken, events: r.rows[0]!.o_events };
+  return { woken: r.rows[0]!.o_woken, events: r.rows[0]!.o_events, due: r.rows[0]!.o_due };
 }
 
 /** Due jobs whose workflow has not started (the relays' lag): a2a_push_outbox_queued. */

@@ -112,10 +112,15 @@ export class Relay implements DueHandoff {
   /** Starts the sweep and listens for due jobs. */
   async start(): Promise<void> {
     await this.o.listener?.on(DUE_CHANNEL, () => this.kick());
+    // The next sweep is timed from the end of this one: a slow sweep never overlaps the next.
     const sweep = () => {
-      this.track(this.sweep());
-      this.sweepTimer = setTimeout(sweep, this.o.sweepIntervalMs);
-      this.sweepTimer.unref();
+      this.track(
+        this.sweep().finally(() => {
+          if (this.stopped) return;
+          this.sweepTimer = setTimeout(sweep, this.o.sweepIntervalMs);
+          this.sweepTimer.unref();
+        }),
+      );
     };
     sweep();
   }
@@ -191,6 +196,32 @@ export class Relay implements DueHandoff {
   }
 
   /**
+   * Which of these fresh due jobs start now, in which lane, and which wait for their turn: first
+   * contacts take turns from their tenant's rate (kept in the database), a claim run kicked for each.
+   */
+  private async admit(fresh: Array<DueJob | ClaimedJob>): Promise<Admission> {
+    const targets = new Map(fresh.map((j) => [j.id, hostAndTarget(j.url).target]));
+    const unknown = await this.o.known.slow([...targets.values()].filter((t): t is string => !!t));
+    const candidates: Candidate[] = fresh.map((j, i) => ({
+      id: j.id,
+      tenantId: j.tenantId,
+      seq: 'seq' in j ? j.seq : i,
+      firstContact: unknown.has(targets.get(j.id) ?? ''),
+      hadTurn: 'hadTurn' in j ? j.hadTurn : false,
+    }));
+    const charged = candidates.filter((c) => c.firstContact && !c.hadTurn);
+    if (charged.length === 0) return admit(candidates, new Map(), Date.now());
+    const { result, nowMs } = await takeTurns(
+      this.o.db,
+      [...new Set(charged.map((c) => c.tenantId))].sort(),
+      (tat, now) => admit(candidates, tat, now),
+    );
+    // Turns are on the database's clock; the kick is timed on this process's.
+    this.kickAt(result.later.map((l) => l.turn - nowMs + Date.now()));
+    return result;
+  }
+
+  /**
    * Admits these due jobs (leased to this relay) and starts the admitted ones; first contacts past
    * their tenant's rate wait for their turn (a claim run is kicked then). Jobs whose workflow started
    * before they were due (the previous version's) are woken instead. Throws when a start failed, after
@@ -201,27 +232,16 @@ export class Relay implements DueHandoff {
     if (legacy.length > 0) await wakeLegacyRuns(this.o.starter, legacy);
     const fresh = jobs.filter((j) => !j.dispatched);
     if (fresh.length === 0) return;
-    const targets = new Map(fresh.map((j) => [j.id, hostAndTarget(j.url).target]));
-    const unknown = await this.o.known.slow([...targets.values()].filter((t): t is string => !!t));
-    const candidates: Candidate[] = fresh.map((j, i) => ({
-      id: j.id,
-      tenantId: j.tenantId,
-      seq: 'seq' in j ? j.seq : i,
-      firstContact: unknown.has(targets.get(j.id) ?? ''),
-      hadTurn: 'hadTurn' in j ? j.hadTurn : false,
-    }));
     let admission: Admission;
-    const charged = candidates.filter((c) => c.firstContact && !c.hadTurn);
-    if (charged.length === 0) admission = admit(candidates, new Map(), Date.now());
-    else {
-      const { result, nowMs } = await takeTurns(
+    try {
+      admission = await this.admit(fresh);
+    } catch (err) {
+      // Nothing started: the leases go back at once, for any claim run.
+      await releaseLeases(
         this.o.db,
-        [...new Set(charged.map((c) => c.tenantId))].sort(),
-        (tat, now) => admit(candidates, tat, now),
-      );
-      admission = result;
-      // Turns are on the database's clock; the kick is timed on this process's.
-      this.kickAt(result.later.map((l) => l.turn - nowMs + Date.now()));
+        fresh.map((j) => j.id),
+      ).catch(() => this.kickAt([Date.now() + CLAIM_LEASE_MS]));
+      throw err;
     }
     const byId = new Map(fresh.map((j) => [j.id, j]));
     const started: string[] = [];
@@ -307,12 +327,13 @@ export class Relay implements DueHandoff {
   private async sweep(): Promise<void> {
     try {
       this.take(await repairLines(this.o.db, ON_WIRE_LIMIT_MS, CLAIM_LEASE_MS));
-      const expired = await expireWaiting(this.o.db, this.o.health);
+      const expired = await expireWaiting(this.o.db, this.o.health, CLAIM_LEASE_MS);
       for (const kind of expired.events) {
         configEvents.inc({ kind });
         if (kind === 'stopped') configsFailing.inc();
       }
       this.wake(expired.woken);
+      this.take(expired.due);
       await startLostRegistrations(this.o.db, this.o.starter.client, this.o.starter.taskQueue, this.o.logger);
     } catch (err) {
       this.o.logger.warn({ err: messageOf(err) }, 'sweep failed; the next one retries');

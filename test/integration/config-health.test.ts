@@ -3,6 +3,7 @@ import { createDeliveryActivities } from '../../src/activities/delivery';
 import { createApiKey } from '../../src/db/apikeys';
 import { inTx } from '../../src/db/pool';
 import { writeEvent } from '../../src/db/outbox';
+import { expireWaiting } from '../../src/starts/outbox';
 import { DEFAULT_SLOT_SETTINGS, HostSlots } from '../../src/db/slots';
 import { compilePolicy, createOutboundClient } from '../../src/outbound';
 import { Keyring } from '../../src/sealing/keyring';
@@ -130,4 +131,100 @@ it('the minute the stop allows for is the step by which outbox_attempt_end moves
   expect(await def('outbox_config_health')).toContain(
     "to_timestamp((p_now_ms - p_failing_after_ms) / 1000.0) - interval '1 minute'",
   );
+});
+
+const health = async (taskId: string) =>
+  (
+    await tdb.db.query<{ failed_jobs: number; warned: boolean }>(
+      'SELECT failed_jobs, warned_at IS NOT NULL AS warned FROM push_configs WHERE task_id = $1',
+      [taskId],
+    )
+  ).rows[0];
+
+it('a job is counted once: the rerun of an attempt whose answer was lost, and a look at a job already ended, count nothing more', async () => {
+  const a = acts();
+  const taskId = 'health-once';
+  await tdb.db.query(`INSERT INTO push_configs (tenant_id, task_id, id, url) VALUES ('t', $1, 'c', $2)`, [
+    taskId,
+    receiver.url,
+  ]);
+  receiver.setScript(() => ({ status: 500 }));
+  const t0 = Date.now();
+  const id = await job(taskId);
+  expect(await a.attemptDelivery({ jobId: id, attempt: 1, now: t0, jitter: 0.5 })).toMatchObject({
+    status: 'failed',
+  });
+  expect(await health(taskId)).toEqual({ failed_jobs: 1, warned: false });
+  // Temporal ran the activity again (its answer lost), twice, the second time 2 days on: the stored
+  // row answers, and neither counts the job again nor writes a warning for it.
+  for (const now of [t0 + 1_000, t0 + 2 * DAY])
+    expect(await a.attemptDelivery({ jobId: id, attempt: 1, now, jitter: 0.5 })).toMatchObject({
+      status: 'failed',
+    });
+  expect(await health(taskId)).toEqual({ failed_jobs: 1, warned: false });
+  // A second job that fails 2 days on counts, and warns (the stretch began 2 days ago).
+  const next = await job(taskId);
+  await a.attemptDelivery({ jobId: next, attempt: 1, now: t0 + 2 * DAY, jitter: 0.5 });
+  expect(await health(taskId)).toEqual({ failed_jobs: 2, warned: true });
+  const events = await tdb.db.query('SELECT kind FROM config_events WHERE task_id = $1', [taskId]);
+  expect(events.rows).toEqual([{ kind: 'failing' }]);
+});
+
+it('the sweep counts every job it expires, and expires a due job still queued an hour past its deadline, moving its line on', async () => {
+  const taskId = 'health-sweep';
+  await tdb.db.query(`INSERT INTO push_configs (tenant_id, task_id, id, url) VALUES ('t', $1, 'c', $2)`, [
+    taskId,
+    receiver.url,
+  ]);
+  const write = () =>
+    inTx(tdb.db, (tx) =>
+      writeEvent(tx, {
+        tenantId: 't',
+        taskId,
+        kind: 'task',
+        body: '{"task":{}}',
+        deadlineMs: 30 * DAY,
+        boundPerConfig: 64,
+        ordered: true,
+      }),
+    ).then((ev) => ev.jobs[0]!.id);
+  const ids = [await write(), await write(), await write(), await write()];
+  const row = (id: string) =>
+    tdb.db
+      .query<{ status: string; held: boolean }>(
+        'SELECT status, held_by IS NOT NULL AS held FROM delivery_jobs WHERE id = $1',
+        [id],
+      )
+      .then((r) => r.rows[0]);
+  expect(await row(ids[0]!)).toEqual({ status: 'queued', held: false });
+  // The head, due, is 59 minutes past its deadline (its run may still expire it); the two behind it
+  // are past theirs; the last is not.
+  await tdb.db.query(`UPDATE delivery_jobs SET deadline = now() - interval '59 minutes' WHERE id = $1`, [
+    ids[0],
+  ]);
+  await tdb.db.query(`UPDATE delivery_jobs SET deadline = now() - interval '1 second' WHERE id = ANY($1)`, [
+    ids.slice(1, 3),
+  ]);
+  const sweep = () => expireWaiting(tdb.db, { failingAfterMs: 5 * DAY, warnAfterMs: DAY }, 60_000);
+  const first = await sweep();
+  expect(first.due).toEqual([]);
+  expect((await Promise.all(ids.map(row))).map((r) => r!.status)).toEqual([
+    'queued',
+    'expired',
+    'expired',
+    'queued',
+  ]);
+  expect(await health(taskId)).toEqual({ failed_jobs: 2, warned: false });
+  // An hour and a minute past: no run took the head; the sweep expires it and the last job is due.
+  await tdb.db.query(`UPDATE delivery_jobs SET deadline = now() - interval '61 minutes' WHERE id = $1`, [
+    ids[0],
+  ]);
+  const second = await sweep();
+  expect(second.due.map((d) => d.id)).toEqual([ids[3]]);
+  expect(await row(ids[0]!)).toEqual({ status: 'expired', held: false });
+  expect(await row(ids[3]!)).toEqual({ status: 'queued', held: false });
+  expect(await health(taskId)).toEqual({ failed_jobs: 3, warned: false });
+  // Nothing more to expire: nothing counted.
+  await sweep();
+  expect(await health(taskId)).toEqual({ failed_jobs: 3, warned: false });
 });

@@ -1,5 +1,5 @@
 import pino from 'pino';
-import { CancelledFailure } from '@temporalio/activity';
+import { ApplicationFailure, CancelledFailure } from '@temporalio/activity';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createDeliveryActivities } from '../../src/activities/delivery';
 import { createApiKey } from '../../src/db/apikeys';
@@ -100,9 +100,9 @@ it('a started attempt found on retry is marked interrupted, counts, and the next
   expect(receiver.requests[0]!.headers['x-a2a-push-delivery']).toBe(jobId);
 });
 
-it('two overlapping runs of one attempt: the late run records what really happened on its attempt row and never touches the next attempt', async () => {
+it("a rerun of an attempt whose first run is alive and on the wire asks again later: one request, one outcome, the slot its first run's", async () => {
   // Temporal retried attempt 1 (its worker alive but silent past the heartbeat timeout) while the
-  // first run's request was still on the wire; attempt 2 then started before that request returned.
+  // first run's request was still on the wire.
   const acts = activities(10_000);
   await tdb.db.query(
     `INSERT INTO push_configs (tenant_id, task_id, id, url) VALUES ('t', 'task2', 'c', $1)`,
@@ -121,21 +121,25 @@ it('two overlapping runs of one attempt: the late run records what really happen
   const jobId = ev.jobs[0]!.id;
   const seen = receiver.requests.length;
   let releaseFirst!: () => void;
-  let releaseSecond!: () => void;
   const first = new Promise<void>((r) => (releaseFirst = r));
-  const second = new Promise<void>((r) => (releaseSecond = r));
-  receiver.setScript((req) =>
-    req.n === seen + 1 ? { status: 503, gate: first } : { status: 200, gate: second },
-  );
+  receiver.setScript((req) => (req.n === seen + 1 ? { status: 503, gate: first } : { status: 200 }));
   const now = Date.now();
   const runA = acts.attemptDelivery({ jobId, attempt: 1, now, jitter: 0.5 });
   await receiver.waitFor(seen + 1, 10_000);
 
-  // The rerun of attempt 1 finds it started without an outcome: interrupted, the next after the wait.
-  const rerun = await acts.attemptDelivery({ jobId, attempt: 1, now: now + 20_000, jitter: 0.5 });
-  expect(rerun).toMatchObject({ status: 'waiting_retry', attempts: 1, outcome: 'interrupted' });
-  // The first run is alive and on the wire (its lease is fresh): its slot stays its own, so the host
-  // never has more than OUTBOUND_HOST_CONCURRENCY calls on the wire.
+  // The rerun of attempt 1 finds it started without an outcome, its first run's lease fresh: it
+  // records nothing, sends nothing, and fails retryably (Temporal asks again after its backoff).
+  const rerun = await acts.attemptDelivery({ jobId, attempt: 1, now: now + 20_000, jitter: 0.5 }).then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  expect(rerun).toBeInstanceOf(ApplicationFailure);
+  expect(rerun).toMatchObject({ type: 'AttemptOnWire', nonRetryable: false });
+  const rows = () =>
+    tdb.db
+      .query('SELECT n, outcome, http_status FROM delivery_attempts WHERE job_id = $1 ORDER BY n', [jobId])
+      .then((r) => r.rows);
+  expect(await rows()).toEqual([{ n: 1, outcome: null, http_status: null }]);
   const slots = () =>
     tdb.db
       .query<{ holder: string }>('SELECT holder FROM outbound_slots WHERE holder LIKE $1 ORDER BY holder', [
@@ -143,38 +147,28 @@ it('two overlapping runs of one attempt: the late run records what really happen
       ])
       .then((r) => r.rows.map((x) => x.holder));
   expect(await slots()).toEqual([`${jobId}:1`]);
-  const runC = acts.attemptDelivery({ jobId, attempt: 2, now: now + 60_000, jitter: 0.5 });
-  await receiver.waitFor(seen + 2, 10_000);
-  const job = () =>
-    tdb.db
-      .query<{ status: string; attempt_count: number }>(
-        'SELECT status, attempt_count FROM delivery_jobs WHERE id = $1',
-        [jobId],
-      )
-      .then((r) => r.rows[0]!);
-  expect(await job()).toEqual({ status: 'in_flight', attempt_count: 2 });
+  expect(receiver.requests).toHaveLength(seen + 1);
 
-  // The first request returns (503) while attempt 2 is on the wire.
+  // The first request returns (503): its run records it. The rerun asked again answers from the row.
   releaseFirst();
-  const late = await runA;
-  expect(late).toMatchObject({ status: 'in_flight', attempts: 2 });
-  expect(await job()).toEqual({ status: 'in_flight', attempt_count: 2 });
-  const rows = await tdb.db.query(
-    'SELECT n, outcome, http_status FROM delivery_attempts WHERE job_id = $1 ORDER BY n',
-    [jobId],
-  );
-  expect(rows.rows).toEqual([
-    { n: 1, outcome: 'retry', http_status: 503 },
-    { n: 2, outcome: null, http_status: null },
-  ]);
+  expect(await runA).toMatchObject({ status: 'waiting_retry', attempts: 1, outcome: 'retry' });
+  const again = await acts.attemptDelivery({ jobId, attempt: 1, now: now + 25_000, jitter: 0.5 });
+  expect(again).toMatchObject({ status: 'waiting_retry', attempts: 1 });
+  expect(again.outcome).toBeUndefined();
+  expect(await rows()).toEqual([{ n: 1, outcome: 'retry', http_status: 503 }]);
+  expect(await slots()).toEqual([]);
 
-  releaseSecond();
-  expect(await runC).toMatchObject({ status: 'delivered', attempts: 2 });
+  expect(await acts.attemptDelivery({ jobId, attempt: 2, now: now + 60_000, jitter: 0.5 })).toMatchObject({
+    status: 'delivered',
+    attempts: 2,
+  });
+  expect(receiver.requests).toHaveLength(seen + 2);
   // A rerun's `interrupted` never replaces a real outcome.
   await acts.attemptDelivery({ jobId, attempt: 1, now: now + 90_000, jitter: 0.5 });
-  expect(
-    (await tdb.db.query('SELECT outcome FROM delivery_attempts WHERE job_id = $1 AND n = 1', [jobId])).rows,
-  ).toEqual([{ outcome: 'retry' }]);
+  expect(await rows()).toEqual([
+    { n: 1, outcome: 'retry', http_status: 503 },
+    { n: 2, outcome: 'delivered', http_status: 200 },
+  ]);
 });
 
 it('a cancelled attempt (Temporal cancelled its activity) stops its POST, records nothing and gives its slot back; its rerun finds it interrupted', async () => {

@@ -135,6 +135,12 @@ describe('ordered delivery (time-skipping)', () => {
       attempts: [],
     });
     release();
+    // Both delivered in real time before any result is asked for: asking lets the time-skipping
+    // server skip time, and it would skip past the second job's deadline while its run starts.
+    await eventually(
+      () => jobRow(stack!, second),
+      (j) => j.status === 'delivered',
+    );
     expect(await deliveryResult(env.client, first)).toMatchObject({ status: 'delivered', attempts: 2 });
     expect(await deliveryResult(env.client, second)).toMatchObject({ status: 'delivered', attempts: 1 });
     expect(receiver.requests.map((r) => r.headers['x-a2a-push-delivery'])).toEqual([first, first, second]);

@@ -25,7 +25,7 @@ import { figure, type BenchResult, type ChartRow, type Figure } from './lib/repo
 import { freshDatabase } from './lib/stack';
 import { cpuSeconds, freePort, machineJiffies, postgresCpuSeconds, round } from './lib/util';
 
-interface Server {
+export interface Server {
   /** `dev`, `s4`, `s16`, `s4-split` */
   kind: string;
   label: string;
@@ -38,10 +38,21 @@ interface Server {
   storeCpu?: () => number;
   /** Stops what was started for it (a cluster and its Postgres; nothing for the run's dev server). */
   stop: () => Promise<void>;
+  /** A cluster's folder (its dynamic config and server logs); none for the dev server. */
+  dir?: string;
+  /** A cluster's Prometheus listeners, one per server process (its frontend port + 9 on). */
+  metricsUrls?: string[];
 }
 
-/** The run's dev server, or a cluster of `kind` over a Postgres of its own, started now. */
-async function startServer(ctx: BenchContext, kind: string): Promise<Server> {
+/**
+ * The run's dev server, or a cluster of `kind` over a Postgres of its own, started now; a cluster gets
+ * `dynamicConfig` (key → list of {value, constraints}) on top of deploy/temporal/dynamicconfig.yaml.
+ */
+export async function startServer(
+  ctx: BenchContext,
+  kind: string,
+  dynamicConfig?: Record<string, unknown[]>,
+): Promise<Server> {
   if (kind === 'dev') {
     const dev = await ctx.temporal();
     return {
@@ -72,6 +83,7 @@ async function startServer(ctx: BenchContext, kind: string): Promise<Server> {
       dir: path.join(ctx.dir, `cluster-${kind}`),
       port: await freePortBlock(),
       log: ctx.log,
+      ...(dynamicConfig ? { dynamicConfig } : {}),
     });
   } catch (err) {
     await clusterPg.stop().catch(() => undefined);
@@ -86,6 +98,11 @@ async function startServer(ctx: BenchContext, kind: string): Promise<Server> {
     namespace: cluster.namespace,
     serverCpu: () => pids.reduce((s, p) => s + cpuSeconds(p), 0),
     storeCpu: () => postgresCpuSeconds(pgDir),
+    dir: cluster.dir,
+    // scripts/cluster/cluster.ts: process i of the cluster listens for metrics on its frontend port + 9 + i.
+    metricsUrls: Object.keys(cluster.pids)
+      .filter((k) => k !== 'ui')
+      .map((_, i) => `http://127.0.0.1:${Number(cluster.address.split(':')[1]) + 9 + i}/metrics`),
     stop: async () => {
       await cluster.stop().catch(() => undefined);
       await clusterPg.stop();

@@ -16,6 +16,7 @@ import { idleLatencyBenchmark } from './7-idle-latency';
 import { clusterBenchmark } from './8-cluster';
 import { isolationBenchmark } from './9-isolation';
 import { orderBenchmark } from './10-order';
+import { steadyBenchmark } from './11-steady';
 import { drawChart } from './lib/chart';
 import type { BenchContext, BenchTemporal, Benchmark } from './lib/context';
 import { startBenchReceiver } from './lib/receiver';
@@ -41,6 +42,7 @@ const ALL: Benchmark[] = [
   clusterBenchmark,
   isolationBenchmark,
   orderBenchmark,
+  steadyBenchmark,
 ];
 
 /** `--chart=bench/results/<date>.json`: draws that run's chart again (after a change to the chart). */

@@ -22,6 +22,8 @@ export interface BenchReceiver {
    */
   sequenced: SequencedArrival[];
   setScript(s: Script): void;
+  /** Every answer waits this long after the request was read (0: at once); `reset` sets 0. */
+  setDelay(ms: number): void;
   reset(): void;
   waitForAll(ids: Iterable<string>, timeoutMs: number): Promise<void>;
   /** Stops listening and drops every connection (senders see connection refused). */
@@ -34,6 +36,8 @@ export interface SequencedArrival {
   path: string;
   seq: number;
   id?: string;
+  /** X-A2A-Push-Delivery: the delivery job's id. */
+  delivery?: string;
   at: number;
   status: number;
 }
@@ -82,6 +86,7 @@ export async function startBenchReceiver(port = 0): Promise<BenchReceiver> {
   const seen = new Map<string, number>();
   const sequenced: SequencedArrival[] = [];
   let script: Script = () => 200;
+  let delayMs = 0;
   const sockets = new Set<Socket>();
   const r = {
     url: '',
@@ -108,10 +113,22 @@ export async function startBenchReceiver(port = 0): Promise<BenchReceiver> {
         if (status < 300 && !delivered.has(id)) delivered.set(id, at);
       }
       const seq = Number(req.headers['x-a2a-push-sequence']);
+      const delivery = req.headers['x-a2a-push-delivery'];
       if (req.headers['x-a2a-push-sequence'] !== undefined && Number.isFinite(seq))
-        sequenced.push({ path: req.url ?? '', seq, ...(id !== undefined ? { id } : {}), at, status });
-      res.writeHead(status, { 'content-type': 'text/plain', 'content-length': '2' });
-      res.end('ok');
+        sequenced.push({
+          path: req.url ?? '',
+          seq,
+          ...(id !== undefined ? { id } : {}),
+          ...(typeof delivery === 'string' ? { delivery } : {}),
+          at,
+          status,
+        });
+      const answer = () => {
+        res.writeHead(status, { 'content-type': 'text/plain', 'content-length': '2' });
+        res.end('ok');
+      };
+      if (delayMs > 0) setTimeout(answer, delayMs);
+      else answer();
     });
   };
   let server: https.Server | undefined;
@@ -140,7 +157,11 @@ export async function startBenchReceiver(port = 0): Promise<BenchReceiver> {
   r.setScript = (s) => {
     script = s;
   };
+  r.setDelay = (ms) => {
+    delayMs = ms;
+  };
   r.reset = () => {
+    delayMs = 0;
     delivered.clear();
     seen.clear();
     sequenced.length = 0;
